@@ -1,0 +1,98 @@
+//! The naming rules for topics and consumer groups: the one place that decides which names are
+//! valid, checked before any name reaches the filesystem or a database.
+
+/// Longest topic name, in characters.
+pub const MAX_TOPIC_LEN: usize = 128;
+/// Longest consumer group name, in characters.
+pub const MAX_GROUP_LEN: usize = 256;
+
+/// A topic or group name that breaks the naming rules.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("invalid {kind} name {name:?}: {reason}")]
+pub struct NameError {
+    /// `"topic"` or `"group"`.
+    pub kind: &'static str,
+    /// The rejected name.
+    pub name: String,
+    /// Which rule it breaks.
+    pub reason: &'static str,
+}
+
+/// Checks a topic name: 1 to 128 characters of `A-Z a-z 0-9 . _ -`, not starting with `.`.
+///
+/// These rules make a topic name safe as a folder name (no separators, no `..`).
+///
+/// # Errors
+/// [`NameError`] naming the broken rule.
+pub fn validate_topic(name: &str) -> Result<(), NameError> {
+    let fail = |reason| {
+        Err(NameError {
+            kind: "topic",
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    if name.is_empty() || name.len() > MAX_TOPIC_LEN {
+        return fail("must be 1 to 128 characters");
+    }
+    if name.starts_with('.') {
+        return fail("must not start with '.'");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    {
+        return fail("may only contain A-Z a-z 0-9 . _ -");
+    }
+    Ok(())
+}
+
+/// Checks a consumer group name: 1 to 256 characters of `A-Z a-z 0-9 . _ - :`.
+///
+/// # Errors
+/// [`NameError`] naming the broken rule.
+pub fn validate_group(name: &str) -> Result<(), NameError> {
+    let fail = |reason| {
+        Err(NameError {
+            kind: "group",
+            name: name.to_owned(),
+            reason,
+        })
+    };
+    if name.is_empty() || name.len() > MAX_GROUP_LEN {
+        return fail("must be 1 to 256 characters");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"._-:".contains(&b))
+    {
+        return fail("may only contain A-Z a-z 0-9 . _ - :");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Names at the edges of the rules are accepted or refused as the contract says.
+    #[test]
+    fn topic_and_group_rules() {
+        assert!(validate_topic("events").is_ok());
+        assert!(validate_topic("a.b_c-1").is_ok());
+        assert!(validate_topic(&"t".repeat(128)).is_ok());
+        assert!(validate_topic(&"t".repeat(129)).is_err());
+        assert!(validate_topic("").is_err());
+        assert!(validate_topic(".hidden").is_err());
+        assert!(validate_topic("..").is_err());
+        assert!(validate_topic("a/b").is_err());
+        assert!(validate_topic("a:b").is_err());
+        assert!(validate_topic("é").is_err());
+        assert!(validate_group("search:v2").is_ok());
+        assert!(validate_group(&"g".repeat(256)).is_ok());
+        assert!(validate_group(&"g".repeat(257)).is_err());
+        assert!(validate_group("").is_err());
+        assert!(validate_group("a b").is_err());
+        assert!(validate_group("a/b").is_err());
+    }
+}

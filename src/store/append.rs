@@ -1,0 +1,236 @@
+//! Appends: validation, deduplication and contiguous offsets, one batch or many per commit.
+
+use std::collections::HashMap;
+
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use super::{LogStore, StoreError, Tail};
+
+/// Longest deduplication key, in bytes.
+pub const MAX_KEY_BYTES: usize = 1024;
+
+/// A record to append.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewRecord {
+    /// Deduplication key: appending a key that a hot record already has returns that record's
+    /// offset and writes nothing. `None` stores no key.
+    pub key: Option<String>,
+    /// The record's body, as JSON text (stored and returned as is).
+    pub payload: String,
+}
+
+impl NewRecord {
+    /// A record without a deduplication key.
+    pub fn new(payload: impl Into<String>) -> Self {
+        Self {
+            key: None,
+            payload: payload.into(),
+        }
+    }
+
+    /// A record with a deduplication key.
+    pub fn keyed(key: impl Into<String>, payload: impl Into<String>) -> Self {
+        Self {
+            key: Some(key.into()),
+            payload: payload.into(),
+        }
+    }
+}
+
+/// What an append did: either every record has an offset, or the batch was refused whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum AppendOutcome {
+    /// The batch is durable; `offsets[i]` is the offset of input record `i` (an older offset
+    /// where the record's key was already present).
+    Appended {
+        /// One offset per input record, in input order.
+        offsets: Vec<u64>,
+    },
+    /// A definite rejection: nothing was written and retrying the same batch is refused again.
+    Rejected(AppendRejection),
+}
+
+/// Why a batch was refused. These are answers, not failures: nothing was written.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AppendRejection {
+    /// The batch holds no record.
+    #[error("a batch must hold at least one record")]
+    EmptyBatch,
+    /// More records than `max_batch_size`.
+    #[error("a batch may hold at most {max} records, this one holds {records}")]
+    BatchTooLarge {
+        /// Records in the batch.
+        records: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A deduplication key that is empty or longer than [`MAX_KEY_BYTES`].
+    #[error("record {index}: a deduplication key must be 1 to 1024 bytes, this one is {bytes}")]
+    InvalidKey {
+        /// Position of the record in the batch.
+        index: usize,
+        /// Length of the key in bytes.
+        bytes: usize,
+    },
+    /// A payload larger than `max_record_bytes`.
+    #[error("record {index}: payload of {bytes} bytes exceeds the limit of {max}")]
+    RecordTooLarge {
+        /// Position of the record in the batch.
+        index: usize,
+        /// Size of its payload.
+        bytes: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+impl AppendRejection {
+    /// The stable error code of this rejection (the REST API's `error.code`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::EmptyBatch | Self::InvalidKey { .. } => "invalid_request",
+            Self::BatchTooLarge { .. } => "batch_too_large",
+            Self::RecordTooLarge { .. } => "record_too_large",
+        }
+    }
+}
+
+impl LogStore {
+    /// Appends one batch atomically: every record gets an offset in one transaction, or none
+    /// does. New records get contiguous offsets in order of first appearance; a key repeated
+    /// inside the batch gets one record (the first occurrence's payload); a key a hot record
+    /// already has returns that record's offset.
+    ///
+    /// Blocks until the transaction is durable (per [`SyncMode`](super::SyncMode)).
+    ///
+    /// # Errors
+    /// A storage failure ([`StoreError::Sqlite`]: the outcome is unknown and the store now
+    /// refuses writes) or [`StoreError::Poisoned`]. A refused batch is not an error but
+    /// [`AppendOutcome::Rejected`].
+    pub fn append(&self, batch: &[NewRecord]) -> Result<AppendOutcome, StoreError> {
+        let mut outcomes = self.append_batches(&[batch])?;
+        Ok(outcomes.remove(0))
+    }
+
+    /// Group commit: appends many callers' batches in one transaction (one fsync). Each batch
+    /// keeps its own atomicity, contiguous offsets and rejection, exactly as if appended alone
+    /// in this order; a later batch sees the keys of an earlier one.
+    ///
+    /// # Errors
+    /// As [`append`](Self::append); a storage failure fails every batch of the group.
+    pub fn append_batches<B: AsRef<[NewRecord]>>(
+        &self,
+        batches: &[B],
+    ) -> Result<Vec<AppendOutcome>, StoreError> {
+        let checks: Vec<Option<AppendRejection>> = batches
+            .iter()
+            .map(|batch| self.check_batch(batch.as_ref()))
+            .collect();
+        if checks.iter().all(Option::is_some) {
+            // Nothing to write: answer without touching the database.
+            return Ok(checks
+                .into_iter()
+                .flatten()
+                .map(AppendOutcome::Rejected)
+                .collect());
+        }
+        self.write(|tx, tail| {
+            // Taken under the writer lock, so later offsets never get earlier timestamps.
+            let appended_at = self.now_ms();
+            batches
+                .iter()
+                .zip(checks)
+                .map(|(batch, check)| match check {
+                    Some(rejection) => Ok(AppendOutcome::Rejected(rejection)),
+                    None => insert_batch(tx, tail, batch.as_ref(), appended_at)
+                        .map(|offsets| AppendOutcome::Appended { offsets }),
+                })
+                .collect()
+        })
+    }
+
+    /// The definite rejections of SEMANTICS Part A 5, checked before anything is written.
+    fn check_batch(&self, batch: &[NewRecord]) -> Option<AppendRejection> {
+        let max = self.options.max_batch_size;
+        if batch.is_empty() {
+            return Some(AppendRejection::EmptyBatch);
+        }
+        if batch.len() > max {
+            return Some(AppendRejection::BatchTooLarge {
+                records: batch.len(),
+                max,
+            });
+        }
+        batch.iter().enumerate().find_map(|(index, record)| {
+            let key_bytes = record.key.as_ref().map_or(1, String::len);
+            if !(1..=MAX_KEY_BYTES).contains(&key_bytes) {
+                return Some(AppendRejection::InvalidKey {
+                    index,
+                    bytes: key_bytes,
+                });
+            }
+            let max = self.options.max_record_bytes;
+            (record.payload.len() > max).then_some(AppendRejection::RecordTooLarge {
+                index,
+                bytes: record.payload.len(),
+                max,
+            })
+        })
+    }
+}
+
+/// Writes one validated batch inside `tx`, returning each input record's offset.
+fn insert_batch(
+    tx: &Transaction<'_>,
+    tail: &mut Tail,
+    batch: &[NewRecord],
+    appended_at: i64,
+) -> Result<Vec<u64>, StoreError> {
+    let mut insert = tx.prepare_cached(
+        "INSERT INTO records (offset, dedup_key, payload, bytes, end_bytes, appended_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    let mut seen_in_batch: HashMap<&str, u64> = HashMap::new();
+    let mut offsets = Vec::with_capacity(batch.len());
+    for record in batch {
+        let key = record.key.as_deref();
+        if let Some(key) = key {
+            let existing = match seen_in_batch.get(key) {
+                Some(&offset) => Some(offset),
+                None => hot_offset_of_key(tx, key)?,
+            };
+            if let Some(offset) = existing {
+                seen_in_batch.insert(key, offset);
+                offsets.push(offset);
+                continue;
+            }
+        }
+        let offset = tail.next_offset;
+        let bytes = record.payload.len() as u64;
+        tail.next_offset += 1;
+        tail.end_bytes += bytes;
+        insert.execute(params![
+            offset,
+            key,
+            record.payload,
+            bytes,
+            tail.end_bytes,
+            appended_at
+        ])?;
+        if let Some(key) = key {
+            seen_in_batch.insert(key, offset);
+        }
+        offsets.push(offset);
+    }
+    Ok(offsets)
+}
+
+/// The offset of the hot record carrying `key`, if any.
+fn hot_offset_of_key(tx: &Transaction<'_>, key: &str) -> Result<Option<u64>, StoreError> {
+    Ok(tx
+        .prepare_cached("SELECT offset FROM records WHERE dedup_key = ?1")?
+        .query_row([key], |row| row.get(0))
+        .optional()?)
+}

@@ -1,0 +1,104 @@
+//! Committed consumer positions: commit (forward only), look up, list, delete, and the backlog
+//! they leave.
+
+use std::collections::BTreeMap;
+
+use rusqlite::{OptionalExtension, params};
+
+use super::{LogStore, StoreError, read::bounds_in};
+use crate::names::validate_group;
+
+impl LogStore {
+    /// Commits `consumer`'s position: "everything below `offset` is processed". Commits only
+    /// move forward: an offset at or below the current cursor changes nothing. Returns the
+    /// cursor in effect afterwards.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidName`], [`StoreError::InvalidOffset`] beyond `next_offset`, or a
+    /// storage failure.
+    pub fn commit(&self, consumer: &str, offset: u64) -> Result<u64, StoreError> {
+        validate_group(consumer)?;
+        self.write(|tx, tail| {
+            let now = self.now_ms();
+            let next_offset = tail.next_offset;
+            if offset > next_offset {
+                return Err(StoreError::InvalidOffset {
+                    offset,
+                    next_offset,
+                });
+            }
+            let current: Option<u64> = tx
+                .prepare_cached("SELECT offset FROM cursors WHERE consumer = ?1")?
+                .query_row([consumer], |row| row.get(0))
+                .optional()?;
+            match current {
+                Some(current) if current >= offset => Ok(current),
+                _ => {
+                    tx.prepare_cached(
+                        "INSERT INTO cursors (consumer, offset, committed_at) VALUES (?1, ?2, ?3)
+                         ON CONFLICT (consumer) DO UPDATE
+                         SET offset = excluded.offset, committed_at = excluded.committed_at",
+                    )?
+                    .execute(params![consumer, offset, now])?;
+                    Ok(offset)
+                }
+            }
+        })
+    }
+
+    /// `consumer`'s committed position, or `None` if it never committed.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidName`] or a storage failure.
+    pub fn cursor(&self, consumer: &str) -> Result<Option<u64>, StoreError> {
+        validate_group(consumer)?;
+        self.snapshot(|tx| {
+            Ok(tx
+                .prepare_cached("SELECT offset FROM cursors WHERE consumer = ?1")?
+                .query_row([consumer], |row| row.get(0))
+                .optional()?)
+        })
+    }
+
+    /// Every consumer's committed position, by consumer name.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn cursors(&self) -> Result<BTreeMap<String, u64>, StoreError> {
+        self.snapshot(|tx| {
+            let mut statement = tx.prepare_cached("SELECT consumer, offset FROM cursors")?;
+            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    /// Deletes `consumer`'s cursor, so it stops holding back the backlog and a later commit may
+    /// start anywhere valid. Returns whether there was one.
+    ///
+    /// # Errors
+    /// [`StoreError::InvalidName`] or a storage failure.
+    pub fn delete_cursor(&self, consumer: &str) -> Result<bool, StoreError> {
+        validate_group(consumer)?;
+        self.write(|tx, _| {
+            let deleted = tx
+                .prepare_cached("DELETE FROM cursors WHERE consumer = ?1")?
+                .execute([consumer])?;
+            Ok(deleted > 0)
+        })
+    }
+
+    /// Records not yet processed by the slowest consumer: `next_offset` minus the lowest
+    /// cursor, or 0 when no consumer has a cursor. Reported as `pendingDeliveries`.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn pending_deliveries(&self) -> Result<u64, StoreError> {
+        self.snapshot(|tx| {
+            let next_offset = bounds_in(tx)?.next_offset;
+            let slowest: Option<u64> = tx
+                .prepare_cached("SELECT MIN(offset) FROM cursors")?
+                .query_row([], |row| row.get(0))?;
+            Ok(slowest.map_or(0, |slowest| next_offset.saturating_sub(slowest)))
+        })
+    }
+}

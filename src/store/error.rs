@@ -1,0 +1,72 @@
+//! Errors of the storage layer.
+
+use crate::names::NameError;
+
+/// What can go wrong inside a [`LogStore`](super::LogStore).
+///
+/// Definite errors (bad input) change nothing; storage errors are uncertain and, on the write
+/// path, leave the store refusing writes until it is reopened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// SQLite failed. On the write path the outcome is unknown, so the store is now poisoned.
+    #[error("storage failure")]
+    Sqlite(#[from] rusqlite::Error),
+    /// No reader connection could be had.
+    #[error("storage connection pool failure")]
+    Pool(#[from] r2d2::Error),
+    /// An earlier write failed with an unknown outcome; the store must be reopened.
+    #[error("the partition refuses writes after a failed commit; it must be reopened")]
+    Poisoned,
+    /// The database was written by a newer version of this program.
+    #[error("database schema version {found} is newer than the {supported} this version knows")]
+    SchemaTooNew {
+        /// Version found in the file.
+        found: i64,
+        /// Newest version this program can open.
+        supported: i64,
+    },
+    /// A read or commit named an offset the log cannot have.
+    #[error("offset {offset} is beyond the log's next offset {next_offset}")]
+    InvalidOffset {
+        /// The offset asked for.
+        offset: u64,
+        /// The log's next offset.
+        next_offset: u64,
+    },
+    /// The records asked for left the log (retention), so they cannot be returned.
+    #[error("offset {requested_offset} was trimmed: the oldest retained offset is {oldest_offset}")]
+    Truncated {
+        /// The offset asked for.
+        requested_offset: u64,
+        /// Where reading can continue.
+        oldest_offset: u64,
+    },
+    /// A page limit outside `1..`.
+    #[error("limit must be a positive integer")]
+    InvalidLimit,
+    /// A consumer name that breaks the naming rules.
+    #[error(transparent)]
+    InvalidName(#[from] NameError),
+}
+
+impl StoreError {
+    /// The stable, snake_case code of this error (the REST API's `error.code`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Sqlite(_) | Self::Pool(_) | Self::Poisoned | Self::SchemaTooNew { .. } => {
+                "unavailable"
+            }
+            Self::InvalidOffset { .. } => "invalid_offset",
+            Self::Truncated { .. } => "log_truncated",
+            Self::InvalidLimit => "invalid_request",
+            Self::InvalidName(_) => "invalid_name",
+        }
+    }
+
+    /// Whether the operation may have changed state (a storage failure) rather than being
+    /// refused before it changed anything.
+    pub fn is_uncertain(&self) -> bool {
+        self.code() == "unavailable"
+    }
+}
