@@ -1,0 +1,594 @@
+//! Settings: the embedded `config/default.toml`, overlaid by a file (`--config FILE`) and by
+//! environment variables (`DURABILITY__SECTION__KEY`), then validated.
+//!
+//! The default file is also the schema: a key that it does not have is unknown and refused.
+//! Every error names the offending key as its TOML path (`retention.max_records`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::ToSocketAddrs;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use toml::{Table, Value};
+
+use crate::names::validate_topic;
+use crate::store::SyncMode;
+
+/// The defaults, built into the binary so it starts the same from any working directory.
+pub const DEFAULTS: &str = include_str!("../config/default.toml");
+/// Prefix of the environment variables that override settings.
+pub const ENV_PREFIX: &str = "DURABILITY__";
+/// Largest `retention.max_bytes`: 1 GiB.
+pub const MAX_LOG_BYTES: u64 = 1 << 30;
+/// Largest `log.max_batch_size`.
+pub const MAX_BATCH_SIZE: usize = 10_000;
+/// Largest `log.partitions_per_topic`.
+pub const MAX_PARTITIONS_PER_TOPIC: u32 = 4096;
+/// Sections a `[topics.<name>]` table may override.
+const TOPIC_SECTIONS: [&str; 3] = ["log", "retention", "leases"];
+
+/// Why a configuration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read configuration file {path}: {message}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the operating system said.
+        message: String,
+    },
+    /// The file is not valid TOML.
+    #[error("{source_name} is not valid TOML: {message}")]
+    Syntax {
+        /// The file or variable that failed to parse.
+        source_name: String,
+        /// The parser's message.
+        message: String,
+    },
+    /// A key that does not exist.
+    #[error("{key}: unknown key (from {source_name})")]
+    UnknownKey {
+        /// The key's TOML path.
+        key: String,
+        /// Where it came from.
+        source_name: String,
+    },
+    /// A key with a value it cannot take.
+    #[error("{key}: {message}")]
+    InvalidValue {
+        /// The key's TOML path.
+        key: String,
+        /// What is wrong with the value.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    fn invalid(key: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::InvalidValue {
+            key: key.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The whole configuration. [`Config::default`] is `config/default.toml`.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[must_use]
+pub struct Config {
+    /// `[server]`: the HTTP listener.
+    pub server: ServerSettings,
+    /// `[storage]`: where and how partitions are stored.
+    pub storage: StorageSettings,
+    /// `[log]`: partitions and batch limits.
+    pub log: LogSettings,
+    /// `[retention]`: how long records stay in the hot window.
+    pub retention: RetentionSettings,
+    /// `[cold]`: where expired records go.
+    pub cold: ColdSettings,
+    /// `[leases]`: parallel consumers sharing a group.
+    pub leases: LeaseSettings,
+    /// `[partitions]`: partition actor lifecycle.
+    pub partitions: PartitionSettings,
+    /// `[topics.<name>]`: per-topic settings, already merged over the global sections.
+    pub topics: BTreeMap<String, TopicSettings>,
+}
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Listen address; port 0 picks a free one. Default: `127.0.0.1:8080`.
+    pub bind: String,
+    /// Bearer token for every endpoint but `/healthz`; empty: no auth. Default: empty.
+    pub auth_token: String,
+    /// Largest request body. Default: 16 MiB.
+    pub max_body_bytes: usize,
+}
+
+/// `[storage]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StorageSettings {
+    /// Folder holding one SQLite database per partition. Default: `./data`.
+    pub data_dir: PathBuf,
+    /// Commit durability. Default: `full`.
+    pub sync: SyncMode,
+}
+
+/// `[log]` (also per topic).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogSettings {
+    /// Partitions of a topic. Default: 8.
+    pub partitions_per_topic: u32,
+    /// Most records per append to one partition, and the largest page. Default: 100.
+    pub max_batch_size: usize,
+    /// Largest payload (stored JSON text) of one record. Default: 1 MiB.
+    pub max_record_bytes: usize,
+}
+
+/// `[retention]` (also per topic). 0 means "no limit" for each of the three limits.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RetentionSettings {
+    /// Oldest age a hot record may reach. Default: 7 days.
+    pub max_age_ms: u64,
+    /// Most hot records. Default: 0 (no limit).
+    pub max_records: u64,
+    /// Most hot payload bytes, at most 1 GiB. Default: 256 MiB.
+    pub max_bytes: u64,
+    /// How often each partition runs retention. Default: 60 s.
+    pub sweep_interval_ms: u64,
+}
+
+/// Where expired records go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColdKind {
+    /// A local folder.
+    Fs,
+    /// S3-compatible object storage.
+    S3,
+    /// Nowhere: expired records are deleted.
+    None,
+}
+
+/// `[cold]`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ColdSettings {
+    /// Backend. Default: `fs`.
+    pub kind: ColdKind,
+    /// Folder for `fs`. Default: `./data/cold`.
+    pub dir: PathBuf,
+    /// Endpoint with scheme for `s3`; empty means AWS S3. Default: empty.
+    pub s3_endpoint: String,
+    /// Bucket for `s3`. Default: empty.
+    pub s3_bucket: String,
+    /// Region for `s3`. Default: `us-east-1`.
+    pub s3_region: String,
+    /// Access key for `s3`. Default: empty.
+    pub s3_access_key: String,
+    /// Secret key for `s3`. Default: empty.
+    pub s3_secret_key: String,
+    /// Path-style requests. Default: true.
+    pub s3_path_style: bool,
+}
+
+impl fmt::Debug for ColdSettings {
+    /// Like a derived `Debug`, with the secret key redacted so configs can be logged.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ColdSettings")
+            .field("kind", &self.kind)
+            .field("dir", &self.dir)
+            .field("s3_endpoint", &self.s3_endpoint)
+            .field("s3_bucket", &self.s3_bucket)
+            .field("s3_region", &self.s3_region)
+            .field("s3_access_key", &self.s3_access_key)
+            .field("s3_secret_key", &redacted(&self.s3_secret_key))
+            .field("s3_path_style", &self.s3_path_style)
+            .finish()
+    }
+}
+
+/// `[leases]` (also per topic).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LeaseSettings {
+    /// Whether groups may lease ranges. Default: true.
+    pub enabled: bool,
+    /// How long a lease holds. Default: 30 s.
+    pub lease_ms: u64,
+    /// Most ranges a group holds per partition. Default: 1.
+    pub max_parallelism: u32,
+    /// Deliveries before a range is dead-lettered; 0: unbounded. Default: 0.
+    pub max_attempts: u32,
+    /// Topic receiving exhausted ranges; empty: none. Default: empty.
+    pub dead_letter_topic: String,
+}
+
+/// `[partitions]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PartitionSettings {
+    /// Stop a partition's actor after this long without messages. Default: 5 min.
+    pub idle_stop_ms: u64,
+}
+
+/// The settings of one topic: the global `[log]`, `[retention]` and `[leases]` with that
+/// topic's overrides applied.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicSettings {
+    /// `[topics.<name>.log]` over `[log]`.
+    pub log: LogSettings,
+    /// `[topics.<name>.retention]` over `[retention]`.
+    pub retention: RetentionSettings,
+    /// `[topics.<name>.leases]` over `[leases]`.
+    pub leases: LeaseSettings,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self::from_sources(None, std::iter::empty()).expect("config/default.toml is valid")
+    }
+}
+
+impl Config {
+    /// Loads the configuration as the server does: defaults, then `file` if given, then the
+    /// process environment.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file or key at fault.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let file = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|err| ConfigError::Read {
+                    path: path.to_path_buf(),
+                    message: err.to_string(),
+                })?;
+                Some((path.display().to_string(), text))
+            }
+            None => None,
+        };
+        let file = file
+            .as_ref()
+            .map(|(name, text)| (name.as_str(), text.as_str()));
+        Self::from_sources(file, std::env::vars())
+    }
+
+    /// Builds the configuration from the defaults, an optional file (its name, for messages,
+    /// and its text) and environment variables (only those starting with [`ENV_PREFIX`] are
+    /// read).
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the file or key at fault.
+    pub fn from_sources(
+        file: Option<(&str, &str)>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let schema = parse_toml("config/default.toml", DEFAULTS)?;
+        let mut merged = schema.clone();
+        if let Some((name, text)) = file {
+            overlay(
+                &mut merged,
+                parse_toml(name, text)?,
+                &schema,
+                &schema,
+                "",
+                name,
+            )?;
+        }
+        for (var, raw) in env {
+            if let Some(path) = var.strip_prefix(ENV_PREFIX) {
+                let table = env_entry(&var, path, &raw)?;
+                overlay(&mut merged, table, &schema, &schema, "", &var)?;
+            }
+        }
+        resolve_topics(&mut merged)?;
+        let config: Self = serde_path_to_error::deserialize(Value::Table(merged))
+            .map_err(|err| ConfigError::invalid(err.path().to_string(), err.inner().message()))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// The settings of `topic`: its `[topics.<name>]` overrides, or the global sections.
+    pub fn topic(&self, topic: &str) -> TopicSettings {
+        self.topics
+            .get(topic)
+            .cloned()
+            .unwrap_or_else(|| TopicSettings {
+                log: self.log.clone(),
+                retention: self.retention.clone(),
+                leases: self.leases.clone(),
+            })
+    }
+
+    /// This configuration with every secret replaced, for logging.
+    pub fn redacted(&self) -> Self {
+        let mut config = self.clone();
+        config.server.auth_token = redacted(&config.server.auth_token).to_owned();
+        config.cold.s3_secret_key = redacted(&config.cold.s3_secret_key).to_owned();
+        config
+    }
+
+    /// A configuration for tests: data under `dir`, an ephemeral port, no cold tier.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn for_tests(dir: &Path) -> Self {
+        let mut config = Self::default();
+        config.server.bind = "127.0.0.1:0".into();
+        config.storage.data_dir = dir.join("data");
+        config.cold.kind = ColdKind::None;
+        config.cold.dir = dir.join("cold");
+        config
+    }
+
+    /// Checks every rule the types cannot express.
+    ///
+    /// # Errors
+    /// [`ConfigError::InvalidValue`] naming the first key at fault.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let server = &self.server;
+        if server
+            .bind
+            .to_socket_addrs()
+            .map(|mut addrs| addrs.next().is_none())
+            .unwrap_or(true)
+        {
+            return Err(ConfigError::invalid(
+                "server.bind",
+                format!("{:?} is not a host:port address", server.bind),
+            ));
+        }
+        positive("server.max_body_bytes", server.max_body_bytes as u64)?;
+        if self.storage.data_dir.as_os_str().is_empty() {
+            return Err(ConfigError::invalid(
+                "storage.data_dir",
+                "must not be empty",
+            ));
+        }
+        self.cold.validate()?;
+        positive("partitions.idle_stop_ms", self.partitions.idle_stop_ms)?;
+        self.topic_settings_validate("", &self.topic(""))?;
+        for (name, topic) in &self.topics {
+            validate_topic(name)
+                .map_err(|err| ConfigError::invalid(format!("topics.{name}"), err.to_string()))?;
+            self.topic_settings_validate(&format!("topics.{name}."), topic)?;
+        }
+        Ok(())
+    }
+
+    fn topic_settings_validate(
+        &self,
+        prefix: &str,
+        topic: &TopicSettings,
+    ) -> Result<(), ConfigError> {
+        let log = &topic.log;
+        let key = |name: &str| format!("{prefix}{name}");
+        if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&log.partitions_per_topic) {
+            return Err(ConfigError::invalid(
+                key("log.partitions_per_topic"),
+                format!("must be 1 to {MAX_PARTITIONS_PER_TOPIC}"),
+            ));
+        }
+        if !(1..=MAX_BATCH_SIZE).contains(&log.max_batch_size) {
+            return Err(ConfigError::invalid(
+                key("log.max_batch_size"),
+                format!("must be 1 to {MAX_BATCH_SIZE}"),
+            ));
+        }
+        if !(1..=self.server.max_body_bytes).contains(&log.max_record_bytes) {
+            return Err(ConfigError::invalid(
+                key("log.max_record_bytes"),
+                "must be 1 to server.max_body_bytes",
+            ));
+        }
+        let retention = &topic.retention;
+        if retention.max_bytes > MAX_LOG_BYTES {
+            return Err(ConfigError::invalid(
+                key("retention.max_bytes"),
+                format!("must be at most {MAX_LOG_BYTES} (1 GiB)"),
+            ));
+        }
+        positive(
+            &key("retention.sweep_interval_ms"),
+            retention.sweep_interval_ms,
+        )?;
+        let leases = &topic.leases;
+        positive(&key("leases.lease_ms"), leases.lease_ms)?;
+        positive(
+            &key("leases.max_parallelism"),
+            u64::from(leases.max_parallelism),
+        )?;
+        if !leases.dead_letter_topic.is_empty() {
+            validate_topic(&leases.dead_letter_topic).map_err(|err| {
+                ConfigError::invalid(key("leases.dead_letter_topic"), err.to_string())
+            })?;
+        }
+        Ok(())
+    }
+}
+
+impl ColdSettings {
+    fn validate(&self) -> Result<(), ConfigError> {
+        match self.kind {
+            ColdKind::Fs if self.dir.as_os_str().is_empty() => Err(ConfigError::invalid(
+                "cold.dir",
+                "must not be empty when cold.kind is \"fs\"",
+            )),
+            ColdKind::S3 if self.s3_bucket.is_empty() => Err(ConfigError::invalid(
+                "cold.s3_bucket",
+                "must not be empty when cold.kind is \"s3\"",
+            )),
+            ColdKind::S3
+                if !self.s3_endpoint.is_empty()
+                    && !self.s3_endpoint.starts_with("http://")
+                    && !self.s3_endpoint.starts_with("https://") =>
+            {
+                Err(ConfigError::invalid(
+                    "cold.s3_endpoint",
+                    "must start with http:// or https://",
+                ))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+fn positive(key: &str, value: u64) -> Result<(), ConfigError> {
+    if value == 0 {
+        return Err(ConfigError::invalid(key, "must be greater than 0"));
+    }
+    Ok(())
+}
+
+fn redacted(secret: &str) -> &'static str {
+    if secret.is_empty() { "" } else { "<redacted>" }
+}
+
+fn parse_toml(source_name: &str, text: &str) -> Result<Table, ConfigError> {
+    text.parse::<Table>().map_err(|err| ConfigError::Syntax {
+        source_name: source_name.to_owned(),
+        message: err.to_string(),
+    })
+}
+
+/// Writes `over` into `base`, refusing keys that `schema` (a table of the defaults) does not
+/// have. `root` is the whole defaults table: under `topics`, any topic name may appear, holding
+/// the keys of the sections a topic may override.
+fn overlay(
+    base: &mut Table,
+    over: Table,
+    schema: &Table,
+    root: &Table,
+    prefix: &str,
+    source_name: &str,
+) -> Result<(), ConfigError> {
+    for (key, value) in over {
+        let path = format!("{prefix}{key}");
+        let sub_schema = if prefix == "topics." {
+            Value::Table(
+                TOPIC_SECTIONS
+                    .iter()
+                    .map(|section| (section.to_string(), root[*section].clone()))
+                    .collect(),
+            )
+        } else {
+            match schema.get(&key) {
+                Some(sub_schema) => sub_schema.clone(),
+                None => {
+                    return Err(ConfigError::UnknownKey {
+                        key: path,
+                        source_name: source_name.to_owned(),
+                    });
+                }
+            }
+        };
+        match (value, sub_schema) {
+            (Value::Table(over), Value::Table(sub_schema)) => {
+                let entry = base
+                    .entry(key)
+                    .or_insert_with(|| Value::Table(Table::new()));
+                if let Value::Table(entry) = entry {
+                    overlay(
+                        entry,
+                        over,
+                        &sub_schema,
+                        root,
+                        &format!("{path}."),
+                        source_name,
+                    )?;
+                }
+            }
+            (Value::Table(_), _) => {
+                return Err(ConfigError::invalid(
+                    path,
+                    "expected a value, found a table",
+                ));
+            }
+            (_, Value::Table(_)) => return Err(ConfigError::invalid(path, "expected a table")),
+            (value, _) => {
+                base.insert(key, value);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Turns `DURABILITY__SECTION__KEY=raw` into a one-key table. The
+/// value is read as a TOML value (`1`, `true`) when it parses as one, else as a string.
+fn env_entry(var: &str, path: &str, raw: &str) -> Result<Table, ConfigError> {
+    let parts: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
+    let [section, key] = parts.as_slice() else {
+        return Err(ConfigError::UnknownKey {
+            key: parts.join("."),
+            source_name: format!(
+                "{var} (environment variables take the form {ENV_PREFIX}SECTION__KEY; per-topic settings come from the --config file)"
+            ),
+        });
+    };
+    let value = format!("v = {raw}")
+        .parse::<Table>()
+        .ok()
+        .and_then(|mut table| table.remove("v"))
+        .unwrap_or_else(|| Value::String(raw.to_owned()));
+    let mut inner = Table::new();
+    inner.insert(key.clone(), value);
+    let mut table = Table::new();
+    table.insert(section.clone(), Value::Table(inner));
+    Ok(table)
+}
+
+/// Replaces each `[topics.<name>]` table with the global overridable sections overlaid by that
+/// topic's keys, so every topic deserializes into complete [`TopicSettings`].
+fn resolve_topics(merged: &mut Table) -> Result<(), ConfigError> {
+    let globals: Table = TOPIC_SECTIONS
+        .iter()
+        .map(|section| (section.to_string(), merged[*section].clone()))
+        .collect();
+    let Some(Value::Table(topics)) = merged.get_mut("topics") else {
+        return Err(ConfigError::invalid(
+            "topics",
+            "must be a table of topic names",
+        ));
+    };
+    for (_, topic) in topics.iter_mut() {
+        // `overlay` admitted only tables of known sections here, so every pair matches.
+        let mut resolved = globals.clone();
+        if let Value::Table(overrides) = topic {
+            for (section, keys) in std::mem::take(overrides) {
+                if let (Some(Value::Table(target)), Value::Table(keys)) =
+                    (resolved.get_mut(&section), keys)
+                {
+                    target.extend(keys);
+                }
+            }
+        }
+        *topic = Value::Table(resolved);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The embedded defaults parse, validate, and say what the contract says they are.
+    #[test]
+    fn default_file_parses_and_validates() {
+        let config = Config::default();
+        assert_eq!(config.server.bind, "127.0.0.1:8080");
+        assert_eq!(config.storage.sync, SyncMode::Full);
+        assert_eq!(config.log.max_batch_size, 100);
+        assert_eq!(config.retention.max_bytes, 268_435_456);
+        assert_eq!(config.cold.kind, ColdKind::Fs);
+        assert_eq!(config.leases.lease_ms, 30_000);
+        assert!(config.topics.is_empty());
+        assert!(config.validate().is_ok());
+    }
+}
