@@ -1,0 +1,218 @@
+//! The configuration contract: defaults, file, environment, per-topic overrides, validation.
+
+use durability::config::{ColdKind, Config, ConfigError};
+use durability::store::SyncMode;
+
+fn env(vars: &[(&str, &str)]) -> Vec<(String, String)> {
+    vars.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn invalid_key(result: Result<Config, ConfigError>) -> String {
+    match result {
+        Err(ConfigError::InvalidValue { key, .. } | ConfigError::UnknownKey { key, .. }) => key,
+        other => panic!("expected a key error, got {other:?}"),
+    }
+}
+
+/// A file overrides the defaults it names and leaves the others alone.
+#[test]
+fn file_overrides_defaults() {
+    let file = "[retention]\nmax_records = 5\n[storage]\nsync = \"normal\"\n";
+    let config = Config::from_sources(Some(("test.toml", file)), env(&[])).unwrap();
+    assert_eq!(config.retention.max_records, 5);
+    assert_eq!(config.retention.max_age_ms, 604_800_000);
+    assert_eq!(config.storage.sync, SyncMode::Normal);
+}
+
+/// An environment variable wins over the file, and its value is typed by the key.
+#[test]
+fn environment_overrides_file() {
+    let file = "[retention]\nmax_records = 5\n";
+    let config = Config::from_sources(
+        Some(("test.toml", file)),
+        env(&[
+            ("DURABILITY__RETENTION__MAX_RECORDS", "1"),
+            ("DURABILITY__SERVER__BIND", "127.0.0.1:0"),
+            ("DURABILITY__COLD__KIND", "none"),
+            ("DURABILITY__LEASES__ENABLED", "false"),
+            ("UNRELATED", "ignored"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(config.retention.max_records, 1);
+    assert_eq!(config.server.bind, "127.0.0.1:0");
+    assert_eq!(config.cold.kind, ColdKind::None);
+    assert!(!config.leases.enabled);
+}
+
+/// Unknown keys are refused with their TOML path, from a file and from the environment.
+#[test]
+fn unknown_keys_are_refused_by_name() {
+    let file = "[retention]\nmax_recordz = 5\n";
+    assert_eq!(
+        invalid_key(Config::from_sources(Some(("f.toml", file)), env(&[]))),
+        "retention.max_recordz"
+    );
+    assert_eq!(
+        invalid_key(Config::from_sources(
+            Some(("f.toml", "[bogus]\nx = 1\n")),
+            env(&[])
+        )),
+        "bogus"
+    );
+    assert_eq!(
+        invalid_key(Config::from_sources(
+            None,
+            env(&[("DURABILITY__RETENTION__NOPE", "1")])
+        )),
+        "retention.nope"
+    );
+    assert_eq!(
+        invalid_key(Config::from_sources(
+            None,
+            env(&[("DURABILITY__TOPICS__AUDIT__LOG__MAX_BATCH_SIZE", "1")])
+        )),
+        "topics.audit.log.max_batch_size"
+    );
+}
+
+/// Values of the wrong type or outside their range are refused with the key's path.
+#[test]
+fn bad_values_are_refused_by_name() {
+    let cases = [
+        (
+            "DURABILITY__RETENTION__MAX_RECORDS",
+            "-1",
+            "retention.max_records",
+        ),
+        (
+            "DURABILITY__RETENTION__MAX_RECORDS",
+            "many",
+            "retention.max_records",
+        ),
+        ("DURABILITY__STORAGE__SYNC", "sometimes", "storage.sync"),
+        ("DURABILITY__COLD__KIND", "tape", "cold.kind"),
+        ("DURABILITY__LOG__MAX_BATCH_SIZE", "0", "log.max_batch_size"),
+        (
+            "DURABILITY__LOG__MAX_BATCH_SIZE",
+            "10001",
+            "log.max_batch_size",
+        ),
+        (
+            "DURABILITY__LOG__PARTITIONS_PER_TOPIC",
+            "0",
+            "log.partitions_per_topic",
+        ),
+        ("DURABILITY__SERVER__BIND", "not an address", "server.bind"),
+        ("DURABILITY__LEASES__LEASE_MS", "0", "leases.lease_ms"),
+        (
+            "DURABILITY__LEASES__DEAD_LETTER_TOPIC",
+            "../x",
+            "leases.dead_letter_topic",
+        ),
+    ];
+    for (var, value, key) in cases {
+        assert_eq!(
+            invalid_key(Config::from_sources(None, env(&[(var, value)]))),
+            key,
+            "{var}={value}"
+        );
+    }
+}
+
+/// `retention.max_bytes` may be exactly 1 GiB and no more.
+#[test]
+fn max_bytes_is_capped_at_one_gib() {
+    let at_cap = Config::from_sources(
+        None,
+        env(&[("DURABILITY__RETENTION__MAX_BYTES", "1073741824")]),
+    );
+    assert_eq!(at_cap.unwrap().retention.max_bytes, 1 << 30);
+    let over = Config::from_sources(
+        None,
+        env(&[("DURABILITY__RETENTION__MAX_BYTES", "1073741825")]),
+    );
+    assert_eq!(invalid_key(over), "retention.max_bytes");
+}
+
+/// S3 needs a bucket.
+#[test]
+fn s3_without_bucket_is_refused() {
+    let result = Config::from_sources(None, env(&[("DURABILITY__COLD__KIND", "s3")]));
+    assert_eq!(invalid_key(result), "cold.s3_bucket");
+}
+
+/// A topic's overrides apply over the global sections; other topics get the globals.
+#[test]
+fn per_topic_overrides_merge_over_globals() {
+    let file = "
+        [retention]
+        max_records = 10
+        [topics.audit.retention]
+        max_age_ms = 0
+        [topics.audit.log]
+        partitions_per_topic = 2
+    ";
+    let config = Config::from_sources(Some(("f.toml", file)), env(&[])).unwrap();
+    let audit = config.topic("audit");
+    assert_eq!(audit.retention.max_age_ms, 0);
+    assert_eq!(audit.retention.max_records, 10);
+    assert_eq!(audit.log.partitions_per_topic, 2);
+    assert_eq!(audit.log.max_batch_size, 100);
+    let other = config.topic("events");
+    assert_eq!(other.retention.max_age_ms, 604_800_000);
+    assert_eq!(other.log.partitions_per_topic, 8);
+}
+
+/// Per-topic sections are checked like the global ones, and topic names like any topic name.
+#[test]
+fn per_topic_overrides_are_validated() {
+    let bad_value = "[topics.audit.log]\nmax_batch_size = 0\n";
+    assert_eq!(
+        invalid_key(Config::from_sources(Some(("f.toml", bad_value)), env(&[]))),
+        "topics.audit.log.max_batch_size"
+    );
+    let bad_section = "[topics.audit.server]\nbind = \"x\"\n";
+    assert_eq!(
+        invalid_key(Config::from_sources(
+            Some(("f.toml", bad_section)),
+            env(&[])
+        )),
+        "topics.audit.server"
+    );
+    let bad_name = "[topics.\".hidden\".log]\nmax_batch_size = 5\n";
+    assert_eq!(
+        invalid_key(Config::from_sources(Some(("f.toml", bad_name)), env(&[]))),
+        "topics..hidden"
+    );
+}
+
+/// A file that is not TOML is refused naming the file.
+#[test]
+fn syntax_errors_name_the_file() {
+    let result = Config::from_sources(Some(("broken.toml", "[server\n")), env(&[]));
+    assert!(
+        matches!(result, Err(ConfigError::Syntax { source_name, .. }) if source_name == "broken.toml")
+    );
+}
+
+/// Logged configurations never show secrets.
+#[test]
+fn redacted_hides_secrets() {
+    let config = Config::from_sources(
+        None,
+        env(&[
+            ("DURABILITY__SERVER__AUTH_TOKEN", "hunter2"),
+            ("DURABILITY__COLD__S3_SECRET_KEY", "s3cret"),
+        ]),
+    )
+    .unwrap();
+    let shown = format!("{:?}", config.redacted());
+    assert!(
+        !shown.contains("hunter2") && !shown.contains("s3cret"),
+        "{shown}"
+    );
+    assert!(!format!("{:?}", config.cold).contains("s3cret"));
+}

@@ -1,0 +1,133 @@
+//! The `durability` binary over a real socket: it starts, announces its address, answers
+//! `/healthz`, refuses a bad configuration by key, and stops cleanly on SIGTERM.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A server process on an ephemeral port, with its data in a temporary folder.
+struct ServerProcess {
+    child: Child,
+    address: String,
+    _dir: tempfile::TempDir,
+}
+
+impl ServerProcess {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_durability"))
+            .env("DURABILITY__SERVER__BIND", "127.0.0.1:0")
+            .env("DURABILITY__STORAGE__DATA_DIR", dir.path().join("data"))
+            .env("DURABILITY__COLD__DIR", dir.path().join("cold"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the server binary");
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let address = lines
+            .find_map(|line| {
+                line.ok()?
+                    .split_once("listening on http://")
+                    .map(|(_, addr)| addr.trim().to_owned())
+            })
+            .expect("the server announces its address");
+        Self {
+            child,
+            address,
+            _dir: dir,
+        }
+    }
+
+    /// Sends `request` and returns the status code and body of the answer.
+    fn request(&self, request: &str) -> (u16, String) {
+        let mut stream = TcpStream::connect(&self.address).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).unwrap();
+        let status = response
+            .split(' ')
+            .nth(1)
+            .and_then(|code| code.parse().ok())
+            .unwrap_or(0);
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default();
+        (status, body)
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let sent = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "server did not stop after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `GET /healthz` answers `200 {"status":"ok"}` over a real socket, and SIGTERM stops the
+/// server with a success status.
+#[test]
+fn binary_serves_healthz_and_stops_on_sigterm() {
+    let server = ServerProcess::start();
+    let (status, body) =
+        server.request("GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+    assert_eq!(status, 200);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body, serde_json::json!({"status": "ok"}));
+    let status = server.terminate();
+    assert!(status.success(), "exit status {status:?}");
+}
+
+/// A bad value in the environment stops the binary before it listens, naming the key.
+#[test]
+fn binary_refuses_bad_configuration_by_key() {
+    let output = Command::new(env!("CARGO_BIN_EXE_durability"))
+        .env("DURABILITY__RETENTION__MAX_BYTES", "1073741825")
+        .env("DURABILITY__SERVER__BIND", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("retention.max_bytes"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&output.stdout).contains("listening on"));
+}
+
+/// `--config FILE` is read, and an unknown key in it is refused by name.
+#[test]
+fn binary_reads_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bad.toml");
+    std::fs::write(&file, "[log]\nmax_batch_sise = 5\n").unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_durability"))
+        .arg("--config")
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("log.max_batch_sise"));
+}
