@@ -21,7 +21,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Each consumer reads from its own position and commits forward.
     let page = log.read(log.cursor("billing")?, Some(10))?;
     for record in &page.records {
-        println!("offset {} key {:?}: {}", record.offset, record.key, record.payload);
+        println!(
+            "offset {} key {:?}: {}",
+            record.offset, record.key, record.payload
+        );
     }
     log.commit("billing", page.next_offset)?;
     println!("billing's backlog: {}", log.pending_deliveries()?);
