@@ -5,7 +5,8 @@
 
 use durability::store::{AppendOutcome, LogStore, NewRecord, StoreOptions};
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+#[actix::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let log = LogStore::open(dir.path().join("orders-0.sqlite"), StoreOptions::default())?;
 
@@ -19,7 +20,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(retry, AppendOutcome::Appended { offsets: vec![1] });
 
     // Each consumer reads from its own position and commits forward.
-    let page = log.read(log.cursor("billing")?, Some(10))?;
+    let page = log.read(log.cursor("billing")?, Some(10)).await?;
     for record in &page.records {
         println!(
             "offset {} key {:?}: {}",

@@ -8,12 +8,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::ToSocketAddrs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 use toml::{Table, Value};
 
+use crate::cold::{ColdStore, ColdStoreError, FsColdStore, S3ColdStore, S3Settings};
 use crate::names::validate_topic;
-use crate::store::SyncMode;
+use crate::store::{LeaseOptions, Retention, SyncMode};
 
 /// The defaults, built into the binary so it starts the same from any working directory.
 pub const DEFAULTS: &str = include_str!("../config/default.toml");
@@ -166,6 +168,8 @@ pub struct ColdSettings {
     pub kind: ColdKind,
     /// Folder for `fs`. Default: `./data/cold`.
     pub dir: PathBuf,
+    /// Prefix of every segment's key. Default: `segments`.
+    pub prefix: String,
     /// Endpoint with scheme for `s3`; empty means AWS S3. Default: empty.
     pub s3_endpoint: String,
     /// Bucket for `s3`. Default: empty.
@@ -186,6 +190,7 @@ impl fmt::Debug for ColdSettings {
         f.debug_struct("ColdSettings")
             .field("kind", &self.kind)
             .field("dir", &self.dir)
+            .field("prefix", &self.prefix)
             .field("s3_endpoint", &self.s3_endpoint)
             .field("s3_bucket", &self.s3_bucket)
             .field("s3_region", &self.s3_region)
@@ -414,7 +419,57 @@ impl Config {
     }
 }
 
+impl RetentionSettings {
+    /// The limits as the store takes them (0 means no limit).
+    pub fn limits(&self) -> Retention {
+        let limit = |value: u64| (value > 0).then_some(value);
+        Retention {
+            max_age_ms: limit(self.max_age_ms),
+            max_records: limit(self.max_records),
+            max_bytes: limit(self.max_bytes),
+        }
+    }
+}
+
+impl LeaseSettings {
+    /// The options as the store takes them (`max_attempts` 0 means unbounded; a dead-letter
+    /// topic is a destination for exhausted ranges).
+    pub fn options(&self) -> LeaseOptions {
+        LeaseOptions {
+            enabled: self.enabled,
+            lease_ms: self.lease_ms,
+            max_parallelism: self.max_parallelism,
+            max_attempts: (self.max_attempts > 0).then_some(self.max_attempts),
+            dead_letter: !self.dead_letter_topic.is_empty(),
+        }
+    }
+}
+
 impl ColdSettings {
+    /// The configured cold store, or `None` for kind `none`. Nothing is contacted yet.
+    ///
+    /// # Errors
+    /// [`ColdStoreError::Config`] when the S3 settings cannot make a client.
+    pub fn open(&self) -> Result<Option<Arc<dyn ColdStore>>, ColdStoreError> {
+        Ok(match self.kind {
+            ColdKind::None => None,
+            ColdKind::Fs => Some(Arc::new(FsColdStore::new(&self.dir))),
+            ColdKind::S3 => Some(Arc::new(S3ColdStore::new(&self.s3())?)),
+        })
+    }
+
+    /// The `s3_*` keys as S3 client settings.
+    pub fn s3(&self) -> S3Settings {
+        S3Settings {
+            endpoint: self.s3_endpoint.clone(),
+            bucket: self.s3_bucket.clone(),
+            region: self.s3_region.clone(),
+            access_key: self.s3_access_key.clone(),
+            secret_key: self.s3_secret_key.clone(),
+            path_style: self.s3_path_style,
+        }
+    }
+
     fn validate(&self) -> Result<(), ConfigError> {
         match self.kind {
             ColdKind::Fs if self.dir.as_os_str().is_empty() => Err(ConfigError::invalid(

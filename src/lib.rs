@@ -13,8 +13,11 @@
 //!
 //! In data-flow order:
 //! - [`http`]: the REST server's routes (today `GET /healthz`).
-//! - [`store`]: [`LogStore`], every rule of one partition's log as synchronous Rust over one
-//!   SQLite database: append (with group commit), read, commit, cursors, bounds, backlog.
+//! - [`store`]: [`LogStore`], every rule of one partition's log over one SQLite database:
+//!   append (with group commit), read (transparently from cold segments below the hot window),
+//!   commit, cursors, bounds, backlog, retention (`trim`) and `forget_cold_before`.
+//! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
+//!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
 //! - [`names`]: which topic and group names are valid.
 //! - [`clock`]: time as a trait, so tests move it instead of sleeping.
 //! - [`config`]: the settings tree, loaded from the embedded `config/default.toml`, a file and
@@ -26,20 +29,23 @@
 //! ```
 //! use durability::store::{AppendOutcome, LogStore, NewRecord, StoreOptions};
 //!
+//! # actix::System::new().block_on(async {
 //! let dir = tempfile::tempdir()?;
 //! let log = LogStore::open(dir.path().join("events-0.sqlite"), StoreOptions::default())?;
 //! let outcome = log.append(&[NewRecord::keyed("order-1", r#"{"total":42}"#)])?;
 //! assert_eq!(outcome, AppendOutcome::Appended { offsets: vec![0] });
 //!
-//! let page = log.read(Some(0), None)?;
+//! let page = log.read(Some(0), None).await?;
 //! assert_eq!(page.records[0].payload, r#"{"total":42}"#);
 //! log.commit("billing", page.next_offset)?;
 //! assert_eq!(log.pending_deliveries()?, 0);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
 //! ```
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod cold;
 pub mod config;
 pub mod error;
 pub mod http;

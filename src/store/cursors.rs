@@ -72,8 +72,8 @@ impl LogStore {
         })
     }
 
-    /// Deletes `consumer`'s cursor, so it stops holding back the backlog and a later commit may
-    /// start anywhere valid. Returns whether there was one.
+    /// Deletes `consumer`'s cursor and its leases, so it stops holding back the backlog and a
+    /// later commit may start anywhere valid. Returns whether there was a cursor.
     ///
     /// # Errors
     /// [`StoreError::InvalidName`] or a storage failure.
@@ -82,6 +82,10 @@ impl LogStore {
         self.write(|tx, _| {
             let deleted = tx
                 .prepare_cached("DELETE FROM cursors WHERE consumer = ?1")?
+                .execute([consumer])?;
+            tx.prepare_cached("DELETE FROM leases WHERE consumer = ?1")?
+                .execute([consumer])?;
+            tx.prepare_cached("DELETE FROM allocations WHERE consumer = ?1")?
                 .execute([consumer])?;
             Ok(deleted > 0)
         })

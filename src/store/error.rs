@@ -1,5 +1,6 @@
 //! Errors of the storage layer.
 
+use crate::cold::ColdStoreError;
 use crate::names::NameError;
 
 /// What can go wrong inside a [`LogStore`](super::LogStore).
@@ -48,19 +49,36 @@ pub enum StoreError {
     /// A consumer name that breaks the naming rules.
     #[error(transparent)]
     InvalidName(#[from] NameError),
+    /// The batch is not held by this group: unknown, fenced by a redelivery, already settled,
+    /// or another group's.
+    #[error("batch {batch_id} is not held")]
+    LeaseNotHeld {
+        /// The batch id given.
+        batch_id: String,
+    },
+    /// Lease operations are switched off (the leases option).
+    #[error("leases are disabled for this topic (the leases option)")]
+    LeasesDisabled,
+    /// The cold tier failed; no data was lost (hot records stay until their segment is stored).
+    #[error("cold storage failure")]
+    Cold(#[from] ColdStoreError),
 }
 
 impl StoreError {
     /// The stable, snake_case code of this error (the REST API's `error.code`).
     pub fn code(&self) -> &'static str {
         match self {
-            Self::Sqlite(_) | Self::Pool(_) | Self::Poisoned | Self::SchemaTooNew { .. } => {
-                "unavailable"
-            }
+            Self::Sqlite(_)
+            | Self::Pool(_)
+            | Self::Poisoned
+            | Self::SchemaTooNew { .. }
+            | Self::Cold(_) => "unavailable",
             Self::InvalidOffset { .. } => "invalid_offset",
             Self::Truncated { .. } => "log_truncated",
             Self::InvalidLimit => "invalid_request",
             Self::InvalidName(_) => "invalid_name",
+            Self::LeaseNotHeld { .. } => "lease_not_held",
+            Self::LeasesDisabled => "leases_disabled",
         }
     }
 

@@ -9,8 +9,11 @@
 mod append;
 mod cursors;
 mod error;
+mod leases;
 mod read;
+mod retention;
 mod schema;
+mod segment;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +26,9 @@ use serde::Deserialize;
 
 pub use append::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord};
 pub use error::StoreError;
+pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record};
+pub use retention::{ColdTier, Retention};
 
 use crate::clock::{Clock, SystemClock};
 
@@ -60,6 +65,12 @@ pub struct StoreOptions {
     pub max_record_bytes: usize,
     /// Source of timestamps. Default: the system clock.
     pub clock: Arc<dyn Clock>,
+    /// Limits of the hot window, enforced by [`LogStore::trim`]. Default: none.
+    pub retention: Retention,
+    /// Where expired records go; `None` deletes them. Default: `None`.
+    pub cold: Option<ColdTier>,
+    /// How groups lease ranges.
+    pub leases: LeaseOptions,
 }
 
 impl Default for StoreOptions {
@@ -69,6 +80,9 @@ impl Default for StoreOptions {
             max_batch_size: 100,
             max_record_bytes: 1 << 20,
             clock: Arc::new(SystemClock),
+            retention: Retention::default(),
+            cold: None,
+            leases: LeaseOptions::default(),
         }
     }
 }
@@ -95,6 +109,24 @@ impl StoreOptions {
     /// Sets the clock (tests pass a [`ManualClock`](crate::clock::ManualClock)).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
+        self
+    }
+
+    /// Sets the hot window's limits.
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+
+    /// Sets how groups lease ranges.
+    pub fn leases(mut self, leases: LeaseOptions) -> Self {
+        self.leases = leases;
+        self
+    }
+
+    /// Sets the cold tier that expired records are flushed to.
+    pub fn cold(mut self, cold: ColdTier) -> Self {
+        self.cold = Some(cold);
         self
     }
 }
@@ -141,9 +173,27 @@ pub struct LogStore {
     readers: r2d2::Pool<SqliteConnectionManager>,
     /// Set when a write failed with an unknown outcome: from then on writes are refused.
     poisoned: AtomicBool,
+    /// Set while a trim runs, so two trims never flush the same records.
+    trimming: AtomicBool,
+    /// Recently read cold segments, so paging through one segment fetches it once.
+    segment_cache: read::SegmentCache,
     #[cfg(any(test, feature = "test-util"))]
-    fail_next_commit: AtomicBool,
+    faults: Faults,
 }
+
+/// Points where a test can make the store fail, once each, as a failing disk would.
+#[derive(Debug, Clone, Copy)]
+enum Fault {
+    /// Just before a write transaction commits.
+    BeforeCommit = 0,
+    /// In a trim pass, after the segment is indexed and before the hot records are deleted.
+    AfterSegmentIndexed = 1,
+}
+
+/// The armed [`Fault`]s.
+#[cfg(any(test, feature = "test-util"))]
+#[derive(Debug, Default)]
+struct Faults([AtomicBool; 2]);
 
 impl LogStore {
     /// Opens (creating if needed) the database at `path` and brings its schema up to date.
@@ -175,8 +225,10 @@ impl LogStore {
             writer: Mutex::new(Writer { conn: writer, tail }),
             readers,
             poisoned: AtomicBool::new(false),
+            trimming: AtomicBool::new(false),
+            segment_cache: read::SegmentCache::default(),
             #[cfg(any(test, feature = "test-util"))]
-            fail_next_commit: AtomicBool::new(false),
+            faults: Faults::default(),
         })
     }
 
@@ -198,7 +250,14 @@ impl LogStore {
     /// Makes the next write transaction fail just before its commit, as a failing disk would.
     #[cfg(any(test, feature = "test-util"))]
     pub fn fail_next_commit(&self) {
-        self.fail_next_commit.store(true, Ordering::SeqCst);
+        self.faults.0[Fault::BeforeCommit as usize].store(true, Ordering::SeqCst);
+    }
+
+    /// Makes the next trim pass fail after it indexed its segment and before it deleted the hot
+    /// records, as a crash there would.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn fail_next_trim_after_index(&self) {
+        self.faults.0[Fault::AfterSegmentIndexed as usize].store(true, Ordering::SeqCst);
     }
 
     fn now_ms(&self) -> i64 {
@@ -226,7 +285,7 @@ impl LogStore {
         let result = (|| -> Result<T, StoreError> {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = work(&tx, &mut new_tail)?;
-            self.injected_fault()?;
+            self.injected_fault(Fault::BeforeCommit)?;
             tx.commit()?;
             Ok(value)
         })();
@@ -253,19 +312,21 @@ impl LogStore {
             .unwrap_or_else(|poison| poison.into_inner())
     }
 
+    /// Fails with an I/O error, as a failing disk would, if the chosen fault is armed.
     #[cfg(any(test, feature = "test-util"))]
-    fn injected_fault(&self) -> Result<(), StoreError> {
-        if self.fail_next_commit.swap(false, Ordering::SeqCst) {
+    fn injected_fault(&self, fault: Fault) -> Result<(), StoreError> {
+        if self.faults.0[fault as usize].swap(false, Ordering::SeqCst) {
             return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
                 rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
-                Some("injected commit failure".into()),
+                Some("injected fault".into()),
             )));
         }
         Ok(())
     }
 
     #[cfg(not(any(test, feature = "test-util")))]
-    fn injected_fault(&self) -> Result<(), StoreError> {
+    #[inline(always)]
+    fn injected_fault(&self, _fault: Fault) -> Result<(), StoreError> {
         Ok(())
     }
 

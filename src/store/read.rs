@@ -1,11 +1,17 @@
 //! Reads: bounds, pages of records, and the offsets that make a read valid.
 
-use rusqlite::Transaction;
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 
-use super::{LogStore, StoreError, schema};
+use rusqlite::{OptionalExtension, Transaction};
+use serde::{Deserialize, Serialize};
+
+use super::{LogStore, StoreError, schema, segment};
+use crate::cold::SegmentKey;
 
 /// One stored record.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct Record {
     /// Position in the partition's log.
     pub offset: u64,
@@ -51,15 +57,20 @@ impl LogStore {
     }
 
     /// Reads up to `limit` records from `from` (default: the oldest readable offset). `limit`
-    /// defaults to, and is capped at, `max_batch_size`.
+    /// defaults to, and is capped at, `max_batch_size`. A read below the hot window is served
+    /// from cold segments and continues across consecutive segments and into the hot window
+    /// until the page is full.
+    ///
+    /// Blocks the calling thread for SQLite work; awaits cold-store I/O only for cold reads.
     ///
     /// # Errors
     /// [`StoreError::InvalidLimit`] for a zero limit, [`StoreError::InvalidOffset`] when
-    /// `from` is beyond `next_offset`, [`StoreError::Truncated`] when `from` is below what the
-    /// log still holds, or a storage failure.
-    pub fn read(&self, from: Option<u64>, limit: Option<usize>) -> Result<Page, StoreError> {
+    /// `from` is beyond `next_offset`, [`StoreError::Truncated`] when the records at `from`
+    /// are gone (below the oldest readable offset, or their segment is missing or damaged),
+    /// [`StoreError::Cold`] when the cold store cannot be reached, or a storage failure.
+    pub async fn read(&self, from: Option<u64>, limit: Option<usize>) -> Result<Page, StoreError> {
         let limit = self.page_limit(limit)?;
-        self.snapshot(|tx| {
+        let start = self.snapshot(|tx| {
             let bounds = bounds_in(tx)?;
             let from = from.unwrap_or(bounds.oldest_offset);
             if from > bounds.next_offset {
@@ -68,30 +79,200 @@ impl LogStore {
                     next_offset: bounds.next_offset,
                 });
             }
-            if from < bounds.hot_offset {
-                // Below the hot window and no cold copy is served: the records are gone.
+            if from < bounds.oldest_offset {
                 return Err(StoreError::Truncated {
                     requested_offset: from,
-                    oldest_offset: bounds.hot_offset,
+                    oldest_offset: bounds.oldest_offset,
                 });
             }
-            let records = hot_records(tx, from, limit)?;
-            let next_offset = records.last().map_or(from, |last| last.offset + 1);
-            Ok(Page {
-                lag: bounds.next_offset.saturating_sub(next_offset),
-                records,
-                next_offset,
-            })
+            if from < bounds.hot_offset {
+                return Ok(Err(from));
+            }
+            Ok(Ok(finish_page(tx, &bounds, from, Vec::new(), limit)?))
+        })?;
+        match start {
+            Ok(hot_page) => Ok(hot_page),
+            Err(from) => self.read_cold(from, limit).await,
+        }
+    }
+
+    /// A page starting below the hot window: whole consecutive segments, then hot records.
+    async fn read_cold(&self, from: u64, limit: usize) -> Result<Page, StoreError> {
+        let mut records: Vec<Record> = Vec::new();
+        let mut position = from;
+        while records.len() < limit {
+            let Some(indexed) = self.snapshot(|tx| segment_containing(tx, position))? else {
+                break; // the hot window, or a gap that the next read reports
+            };
+            let Some(segment) = self.fetch_segment(&indexed).await? else {
+                break; // missing or damaged: truncation, reported below or by the next read
+            };
+            let wanted = limit - records.len();
+            records.extend(
+                segment
+                    .iter()
+                    .filter(|r| r.offset >= position)
+                    .take(wanted)
+                    .cloned(),
+            );
+            position = records.last().map_or(position, |last| last.offset + 1);
+        }
+        self.snapshot(|tx| {
+            let bounds = bounds_in(tx)?;
+            if records.is_empty() {
+                // Nothing could be read at `from` although it is not below the oldest offset.
+                let oldest_offset = next_readable_after(tx, from, &bounds)?;
+                return Err(StoreError::Truncated {
+                    requested_offset: from,
+                    oldest_offset,
+                });
+            }
+            finish_page(tx, &bounds, position, records, limit)
         })
     }
 
+    /// The records of an indexed segment, from the cache or the cold store. `None` when the
+    /// object is missing or fails its checks (which is truncation, never data).
+    async fn fetch_segment(
+        &self,
+        indexed: &IndexedSegment,
+    ) -> Result<Option<Arc<[Record]>>, StoreError> {
+        if let Some(records) = self.segment_cache.get(indexed) {
+            return Ok(Some(records));
+        }
+        let Some(cold) = &self.options.cold else {
+            return Ok(None);
+        };
+        let key = SegmentKey::from_stored(indexed.locator.clone());
+        let Some(bytes) = cold.store.get(&key).await? else {
+            log::warn!("{}: cold segment {key} is missing", self.path.display());
+            return Ok(None);
+        };
+        let expected = segment::Expected {
+            topic: &cold.topic,
+            partition: cold.partition,
+            first_offset: indexed.first_offset,
+            last_offset: indexed.last_offset,
+            checksum: &indexed.checksum,
+        };
+        match segment::decode(&bytes, &expected) {
+            Ok(records) => {
+                let records: Arc<[Record]> = records.into();
+                self.segment_cache.insert(indexed, records.clone());
+                Ok(Some(records))
+            }
+            Err(why) => {
+                log::error!(
+                    "{}: cold segment {key} is damaged: {why}",
+                    self.path.display()
+                );
+                Ok(None)
+            }
+        }
+    }
+
     /// The effective page size for a requested `limit`.
-    fn page_limit(&self, limit: Option<usize>) -> Result<usize, StoreError> {
+    pub(super) fn page_limit(&self, limit: Option<usize>) -> Result<usize, StoreError> {
         match limit {
             Some(0) => Err(StoreError::InvalidLimit),
             Some(limit) => Ok(limit.min(self.options.max_batch_size)),
             None => Ok(self.options.max_batch_size),
         }
+    }
+}
+
+/// Completes a page that has `records` so far and continues at `position`: adds hot records if
+/// `position` is in the hot window, then computes `next_offset` and `lag`.
+fn finish_page(
+    tx: &Transaction<'_>,
+    bounds: &Bounds,
+    position: u64,
+    mut records: Vec<Record>,
+    limit: usize,
+) -> Result<Page, StoreError> {
+    if records.len() < limit && position >= bounds.hot_offset {
+        records.extend(hot_records(tx, position, limit - records.len())?);
+    }
+    let next_offset = records.last().map_or(position, |last| last.offset + 1);
+    Ok(Page {
+        lag: bounds.next_offset.saturating_sub(next_offset),
+        records,
+        next_offset,
+    })
+}
+
+/// A row of the segment index.
+pub(super) struct IndexedSegment {
+    first_offset: u64,
+    last_offset: u64,
+    locator: String,
+    checksum: String,
+}
+
+fn segment_containing(
+    tx: &Transaction<'_>,
+    offset: u64,
+) -> Result<Option<IndexedSegment>, StoreError> {
+    let segment = tx
+        .prepare_cached(
+            "SELECT first_offset, last_offset, locator, checksum FROM segments
+             WHERE first_offset <= ?1 ORDER BY first_offset DESC LIMIT 1",
+        )?
+        .query_row([offset], |row| {
+            Ok(IndexedSegment {
+                first_offset: row.get(0)?,
+                last_offset: row.get(1)?,
+                locator: row.get(2)?,
+                checksum: row.get(3)?,
+            })
+        })
+        .optional()?;
+    Ok(segment.filter(|segment| segment.last_offset >= offset))
+}
+
+/// The first offset above `offset` that the log may be able to serve: the next segment's
+/// first offset, or the hot window.
+fn next_readable_after(
+    tx: &Transaction<'_>,
+    offset: u64,
+    bounds: &Bounds,
+) -> Result<u64, StoreError> {
+    let next_segment: Option<u64> = tx
+        .prepare_cached("SELECT MIN(first_offset) FROM segments WHERE first_offset > ?1")?
+        .query_row([offset], |row| row.get(0))?;
+    Ok(next_segment.map_or(bounds.hot_offset, |first| first.min(bounds.hot_offset)))
+}
+
+/// How many decoded segments a partition keeps; a reader paging through a segment of up to
+/// `max_batch_size` records fetches it once.
+const CACHED_SEGMENTS: usize = 4;
+
+/// A decoded segment, known by its first offset and checksum.
+type CachedSegment = (u64, String, Arc<[Record]>);
+
+/// The most recently read segments, newest last. A cached segment is served while the index
+/// still lists it, even if its object has since vanished: its records were verified when read.
+#[derive(Debug, Default)]
+pub(super) struct SegmentCache(Mutex<VecDeque<CachedSegment>>);
+
+impl SegmentCache {
+    fn get(&self, indexed: &IndexedSegment) -> Option<Arc<[Record]>> {
+        let mut cache = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        let index = cache.iter().position(|(first, checksum, _)| {
+            *first == indexed.first_offset && *checksum == indexed.checksum
+        })?;
+        let entry = cache.remove(index)?;
+        let records = entry.2.clone();
+        cache.push_back(entry);
+        Some(records)
+    }
+
+    fn insert(&self, indexed: &IndexedSegment, records: Arc<[Record]>) {
+        let mut cache = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        if cache.len() == CACHED_SEGMENTS {
+            cache.pop_front();
+        }
+        cache.push_back((indexed.first_offset, indexed.checksum.clone(), records));
     }
 }
 

@@ -39,13 +39,36 @@ const MIGRATIONS: &[&str] = &[
         committed_at INTEGER NOT NULL
     ) WITHOUT ROWID;
 
+    -- Segments flushed to the cold tier, by first offset.
     CREATE TABLE segments (
         first_offset INTEGER PRIMARY KEY,
-        last_offset  INTEGER NOT NULL,
-        locator      TEXT    NOT NULL,
-        bytes        INTEGER NOT NULL,
+        last_offset  INTEGER NOT NULL,  -- inclusive
+        locator      TEXT    NOT NULL,  -- the object's key in the cold store
+        checksum     TEXT    NOT NULL,  -- the segment's own checksum, checked on every read
+        bytes        INTEGER NOT NULL,  -- payload bytes (informational)
         flushed_at   INTEGER NOT NULL
     );
+    ",
+    // 2: leases. A group's rows partition the offsets from its cursor up to its allocation:
+    // every offset handed out and not yet committed belongs to exactly one row.
+    "
+    CREATE TABLE leases (
+        consumer     TEXT    NOT NULL,
+        first_offset INTEGER NOT NULL,
+        last_offset  INTEGER NOT NULL,  -- inclusive; a range keeps its span for ever
+        batch_id     TEXT    NOT NULL UNIQUE,  -- rewritten on every delivery: the fencing token
+        state        TEXT    NOT NULL CHECK (state IN ('active', 'pending', 'acked', 'skipped')),
+        attempt      INTEGER NOT NULL,  -- deliveries so far
+        expires_at   INTEGER NOT NULL,  -- active: end of the hold; pending: redeliver from then
+        created_at   INTEGER NOT NULL,
+        PRIMARY KEY (consumer, first_offset)
+    ) WITHOUT ROWID;
+
+    -- One past the last offset a group was ever handed in a fresh lease.
+    CREATE TABLE allocations (
+        consumer         TEXT PRIMARY KEY,
+        allocated_offset INTEGER NOT NULL
+    ) WITHOUT ROWID;
     ",
 ];
 

@@ -216,3 +216,40 @@ fn redacted_hides_secrets() {
     );
     assert!(!format!("{:?}", config.cold).contains("s3cret"));
 }
+
+/// Retention limits of 0 mean "no limit" for the store; other values pass through.
+#[test]
+fn zero_retention_limits_mean_unlimited() {
+    let config = Config::from_sources(
+        None,
+        env(&[
+            ("DURABILITY__RETENTION__MAX_AGE_MS", "0"),
+            ("DURABILITY__RETENTION__MAX_RECORDS", "7"),
+        ]),
+    )
+    .unwrap();
+    let limits = config.retention.limits();
+    assert_eq!(limits.max_age_ms, None);
+    assert_eq!(limits.max_records, Some(7));
+    assert_eq!(limits.max_bytes, Some(268_435_456));
+}
+
+/// Each cold kind opens its store without contacting it; `none` opens nothing.
+#[test]
+fn cold_kinds_open_their_stores() {
+    let open = |vars: &[(&str, &str)]| {
+        Config::from_sources(None, env(vars))
+            .unwrap()
+            .cold
+            .open()
+            .unwrap()
+    };
+    assert!(open(&[("DURABILITY__COLD__KIND", "none")]).is_none());
+    assert!(open(&[("DURABILITY__COLD__KIND", "fs")]).is_some());
+    let s3 = open(&[
+        ("DURABILITY__COLD__KIND", "s3"),
+        ("DURABILITY__COLD__S3_BUCKET", "segments"),
+        ("DURABILITY__COLD__S3_ENDPOINT", "http://127.0.0.1:9"),
+    ]);
+    assert!(s3.is_some());
+}

@@ -1,6 +1,8 @@
 //! Integration tests: one binary, one module per area.
 
+mod cold;
 mod common;
 mod config;
+mod retention;
 mod server;
 mod store;

@@ -10,7 +10,7 @@ use durability::store::{
 };
 use proptest::prelude::*;
 
-use crate::common::{START_MS, TestStore};
+use crate::common::{ReadNow, START_MS, TestStore};
 
 /// The JSON text of the string `text` (the payload of a record whose body is `text`).
 fn body(text: &str) -> String {
@@ -71,7 +71,7 @@ fn read_all(store: &LogStore, limit: usize) -> Vec<Record> {
     let mut records = Vec::new();
     let mut from = 0;
     loop {
-        let page = store.read(Some(from), Some(limit)).expect("read");
+        let page = store.read_now(Some(from), Some(limit)).expect("read");
         assert!(
             page.records.len() <= limit,
             "a page holds at most `limit` records"
@@ -111,7 +111,7 @@ fn appends_get_contiguous_offsets_and_read_back_in_order() {
     assert_eq!(append_ok(&t.store, &plain(&["a", "b"])), vec![0, 1]);
     assert_eq!(append_ok(&t.store, &plain(&["c"])), vec![2]);
 
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(bodies(&page), ["a", "b", "c"]);
     assert_eq!(
         page.records.iter().map(|r| r.offset).collect::<Vec<_>>(),
@@ -128,15 +128,15 @@ fn limited_reads_report_lag_and_resume_from_next_offset() {
     let t = TestStore::new();
     append_ok(&t.store, &plain(&["a", "b", "c", "d"]));
 
-    let first = t.store.read(Some(0), Some(2)).unwrap();
+    let first = t.store.read_now(Some(0), Some(2)).unwrap();
     assert_eq!(bodies(&first), ["a", "b"]);
     assert_eq!((first.next_offset, first.lag), (2, 2));
 
-    let second = t.store.read(Some(first.next_offset), Some(2)).unwrap();
+    let second = t.store.read_now(Some(first.next_offset), Some(2)).unwrap();
     assert_eq!(bodies(&second), ["c", "d"]);
     assert_eq!((second.next_offset, second.lag), (4, 0));
 
-    let end = t.store.read(Some(4), None).unwrap();
+    let end = t.store.read_now(Some(4), None).unwrap();
     assert!(end.records.is_empty());
     assert_eq!((end.next_offset, end.lag), (4, 0));
 }
@@ -155,7 +155,7 @@ fn consumers_commit_independently_and_history_stays_readable() {
     assert_eq!(t.store.cursor("search").unwrap(), Some(2));
     assert_eq!(t.store.cursor("billing").unwrap(), Some(1));
 
-    assert_eq!(t.store.read(Some(0), None).unwrap().records.len(), 2);
+    assert_eq!(t.store.read_now(Some(0), None).unwrap().records.len(), 2);
 }
 
 /// Case 4: a commit at or below the cursor changes nothing and answers the cursor in effect.
@@ -186,7 +186,7 @@ fn repeated_key_across_batches_reuses_its_offset() {
         vec![1, 2]
     );
 
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     let keys: Vec<_> = page.records.iter().map(|r| r.key.as_deref()).collect();
     assert_eq!(keys, [Some("one"), Some("two"), Some("three")]);
     assert_eq!(bodies(&page), ["a", "b", "c"]);
@@ -199,7 +199,7 @@ fn repeated_key_across_batches_keeps_the_original_payload() {
     let t = TestStore::new();
     append_ok(&t.store, &keyed(&[("k", "original")]));
     assert_eq!(append_ok(&t.store, &keyed(&[("k", "changed")])), vec![0]);
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(bodies(&page), ["original"]);
 }
 
@@ -213,7 +213,7 @@ fn key_repeated_within_a_batch_stores_one_record_with_the_first_payload() {
         vec![0, 0]
     );
 
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(page.records.len(), 1);
     assert_eq!(page.records[0].key.as_deref(), Some("same"));
     assert_eq!(bodies(&page), ["a"]);
@@ -233,7 +233,7 @@ fn mixed_batch_numbers_new_records_by_first_appearance() {
         NewRecord::new(body("plain")),
     ];
     assert_eq!(append_ok(&t.store, &batch), vec![0, 1, 2, 0, 3]);
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(bodies(&page), ["x1", "plain", "y1", "plain"]);
 }
 
@@ -243,7 +243,7 @@ fn mixed_batch_numbers_new_records_by_first_appearance() {
 fn record_without_key_reads_back_with_no_key() {
     let t = TestStore::new();
     assert_eq!(append_ok(&t.store, &plain(&["a", "a"])), vec![0, 1]);
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(page.records.len(), 2);
     assert!(page.records.iter().all(|record| record.key.is_none()));
 }
@@ -269,7 +269,7 @@ fn empty_and_oversized_batches_are_rejected_without_writing() {
     assert_eq!(too_large.code(), "batch_too_large");
 
     assert_eq!(t.store.bounds().unwrap(), bounds(0, 0, 0));
-    assert!(t.store.read(Some(0), None).unwrap().records.is_empty());
+    assert!(t.store.read_now(Some(0), None).unwrap().records.is_empty());
     assert!(
         !t.store.is_poisoned(),
         "a rejection is an answer, not a failure"
@@ -321,7 +321,7 @@ fn key_length_must_be_1_to_1024_bytes() {
         append_ok(&t.store, &[NewRecord::keyed(max_key.clone(), body("c"))]),
         vec![0]
     );
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(page.records[0].key.as_deref(), Some(max_key.as_str()));
 }
 
@@ -375,7 +375,7 @@ fn payload_over_the_record_limit_is_rejected_without_writing() {
     );
     assert_eq!(rejection.code(), "record_too_large");
     assert_eq!(t.store.bounds().unwrap(), bounds(0, 0, 0));
-    assert!(t.store.read(Some(0), None).unwrap().records.is_empty());
+    assert!(t.store.read_now(Some(0), None).unwrap().records.is_empty());
 
     assert_eq!(append_ok(&t.store, &[NewRecord::new(at_limit)]), vec![0]);
 }
@@ -419,7 +419,7 @@ fn history_and_cursors_survive_reopen() {
     let t = t.reopen();
     let expected = BTreeMap::from([("search".to_owned(), 2)]);
     assert_eq!(t.store.cursors().unwrap(), expected);
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(bodies(&page), ["a", "b"]);
     assert_eq!((page.next_offset, page.lag), (2, 0));
 }
@@ -445,7 +445,7 @@ fn offsets_are_monotonic_and_keys_deduplicate() {
 fn read_beyond_next_offset_is_invalid_offset() {
     let t = TestStore::new();
     append_ok(&t.store, &plain(&["a", "b", "c"]));
-    let err = t.store.read(Some(4), None).unwrap_err();
+    let err = t.store.read_now(Some(4), None).unwrap_err();
     assert!(
         matches!(
             err,
@@ -459,7 +459,7 @@ fn read_beyond_next_offset_is_invalid_offset() {
     assert_eq!(err.code(), "invalid_offset");
 
     let fresh = TestStore::new();
-    let err = fresh.store.read(Some(1), None).unwrap_err();
+    let err = fresh.store.read_now(Some(1), None).unwrap_err();
     assert!(
         matches!(
             err,
@@ -476,7 +476,7 @@ fn read_beyond_next_offset_is_invalid_offset() {
 #[test]
 fn read_at_next_offset_is_an_empty_page() {
     let t = TestStore::new();
-    let empty = t.store.read(Some(0), None).unwrap();
+    let empty = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(
         empty,
         Page {
@@ -487,7 +487,7 @@ fn read_at_next_offset_is_an_empty_page() {
     );
 
     append_ok(&t.store, &plain(&["a", "b", "c"]));
-    let page = t.store.read(Some(3), None).unwrap();
+    let page = t.store.read_now(Some(3), None).unwrap();
     assert!(page.records.is_empty());
     assert_eq!((page.next_offset, page.lag), (3, 0));
 }
@@ -497,7 +497,7 @@ fn read_at_next_offset_is_an_empty_page() {
 fn read_without_from_starts_at_the_oldest_offset() {
     let t = TestStore::new();
     append_ok(&t.store, &plain(&["a", "b"]));
-    let page = t.store.read(None, None).unwrap();
+    let page = t.store.read_now(None, None).unwrap();
     assert_eq!(bodies(&page), ["a", "b"]);
     assert_eq!(page.records[0].offset, 0);
 }
@@ -509,18 +509,18 @@ fn read_limit_must_be_positive_and_is_capped_at_max_batch_size() {
     append_ok(&t.store, &plain(&["a", "b"]));
     append_ok(&t.store, &plain(&["c"]));
 
-    let err = t.store.read(Some(0), Some(0)).unwrap_err();
+    let err = t.store.read_now(Some(0), Some(0)).unwrap_err();
     assert!(matches!(err, StoreError::InvalidLimit), "{err:?}");
     assert_eq!(err.code(), "invalid_request");
 
-    let capped = t.store.read(Some(0), Some(50)).unwrap();
+    let capped = t.store.read_now(Some(0), Some(50)).unwrap();
     assert_eq!(bodies(&capped), ["a", "b"]);
     assert_eq!((capped.next_offset, capped.lag), (2, 1));
 
-    let default = t.store.read(Some(0), None).unwrap();
+    let default = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(default, capped, "the default limit is max_batch_size");
 
-    let one = t.store.read(Some(1), Some(1)).unwrap();
+    let one = t.store.read_now(Some(1), Some(1)).unwrap();
     assert_eq!(bodies(&one), ["b"]);
     assert_eq!((one.next_offset, one.lag), (2, 1));
 }
@@ -655,7 +655,7 @@ fn appended_at_is_the_batch_time_from_the_clock() {
 
     let times: Vec<i64> = t
         .store
-        .read(Some(0), None)
+        .read_now(Some(0), None)
         .unwrap()
         .records
         .iter()
@@ -698,7 +698,7 @@ fn group_commit_keeps_each_batch_atomic_and_ordered() {
         "the reused key answers the first batch's offset: {outcomes:?}"
     );
 
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     let keys: Vec<_> = page.records.iter().map(|r| r.key.as_deref()).collect();
     assert_eq!(keys, [Some("k1"), Some("k2"), Some("k3")]);
     assert_eq!(bodies(&page), ["a", "b", "c"]);
@@ -756,7 +756,7 @@ fn reopen_keeps_records_cursors_and_sequence() {
     );
     assert_eq!(append_ok(&t.store, &plain(&["e"])), vec![4]);
 
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(bodies(&page), ["a", "b", "c", "d", "e"]);
     assert_eq!(t.store.pending_deliveries().unwrap(), 3);
 }
@@ -795,7 +795,7 @@ fn failed_append_commit_poisons_until_reopen_and_writes_nothing() {
     let err = t.store.delete_cursor("search").unwrap_err();
     assert!(matches!(err, StoreError::Poisoned), "{err:?}");
 
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(bodies(&page), ["a", "b"], "reads still work");
     assert_eq!(t.store.bounds().unwrap(), bounds(0, 0, 2));
     assert_eq!(t.store.cursor("search").unwrap(), Some(1));
@@ -813,7 +813,7 @@ fn failed_append_commit_poisons_until_reopen_and_writes_nothing() {
         vec![2, 0],
         "the failed batch's key k3 was never stored, k1 still is"
     );
-    let page = t.store.read(Some(0), None).unwrap();
+    let page = t.store.read_now(Some(0), None).unwrap();
     assert_eq!(bodies(&page), ["a", "b", "c"]);
     assert_eq!(t.store.commit("search", 3).unwrap(), 3);
 }

@@ -1,0 +1,620 @@
+//! Leases: several workers share one consumer group, each holding a distinct range of offsets
+//! until it acks (settles), nacks (asks for redelivery) or lets the hold expire.
+//!
+//! Every rule lives here, and every decision is one transaction:
+//! - A group's lease rows partition the offsets from its cursor up to its allocation; a range
+//!   keeps its span for ever, and each delivery gives it a fresh batch id, which fences the
+//!   previous holder (its ack no longer matches any row).
+//! - `lease` first redelivers the lowest due range (nacked and past its delay, or expired),
+//!   else allocates a fresh range after the allocation, unless the group already holds
+//!   `max_parallelism` ranges. The hold is durable before the records are returned.
+//! - Acked and skipped ranges are committed over as soon as they are contiguous with the cursor.
+//! - Records the group never settled that retention removed (no cold copy) are reported once as
+//!   truncation, recorded as skipped, and committed over: the group moves on to what remains.
+//! - A range delivered more than `max_attempts` times, when a dead-letter destination exists,
+//!   is handed out as [`LeaseOutcome::Exhausted`]: the caller copies it to the dead-letter
+//!   destination, then [`LogStore::skip`]s it.
+
+use rusqlite::{OptionalExtension, Transaction, params};
+
+use super::read::bounds_in;
+use super::{LogStore, Record, StoreError, Tail};
+use crate::names::validate_group;
+
+/// How a partition's groups lease. Built from the `[leases]` settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseOptions {
+    /// Whether lease operations are allowed. Default: true.
+    pub enabled: bool,
+    /// How long a delivery is held before it may be redelivered. Default: 30 s.
+    pub lease_ms: u64,
+    /// Most ranges one group may hold at once (active or awaiting redelivery). Default: 1.
+    pub max_parallelism: u32,
+    /// Deliveries after which a range is exhausted; `None` is unbounded. Default: `None`.
+    pub max_attempts: Option<u32>,
+    /// Whether exhausted ranges have somewhere to go. Without it a range is redelivered for
+    /// ever, because blocking beats silently dropping. Default: false.
+    pub dead_letter: bool,
+}
+
+impl Default for LeaseOptions {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            lease_ms: 30_000,
+            max_parallelism: 1,
+            max_attempts: None,
+            dead_letter: false,
+        }
+    }
+}
+
+/// Where a lease row stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LeaseState {
+    /// Held by a worker until it settles it or the hold expires.
+    Active,
+    /// Nacked: waiting to be redelivered (after its delay).
+    Pending,
+    /// Processed; committed over once contiguous with the cursor.
+    Acked,
+    /// Given up (dead-lettered, or its records were lost); committed over like an acked range.
+    Skipped,
+}
+
+impl LeaseState {
+    /// The state's name, as stored and as the REST API shows it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Active => "active",
+            Self::Pending => "pending",
+            Self::Acked => "acked",
+            Self::Skipped => "skipped",
+        }
+    }
+
+    fn parse(text: &str) -> Self {
+        match text {
+            "active" => Self::Active,
+            "pending" => Self::Pending,
+            "acked" => Self::Acked,
+            _ => Self::Skipped,
+        }
+    }
+}
+
+/// A delivered range and its records.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// Identifies this delivery; settle with it.
+    pub batch_id: String,
+    /// The group holding it.
+    pub group: String,
+    /// First offset of the range.
+    pub first_offset: u64,
+    /// Last offset of the range (inclusive).
+    pub last_offset: u64,
+    /// Deliveries of this range so far, this one included.
+    pub attempt: u32,
+    /// When the hold ends (ms since the Unix epoch).
+    pub expires_at: i64,
+    /// The range's records, in offset order.
+    pub records: Vec<Record>,
+}
+
+/// What `lease` handed out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[must_use]
+pub enum LeaseOutcome {
+    /// A range to process.
+    Leased(Lease),
+    /// A range past `max_attempts`, held for its trip to the dead-letter destination: copy its
+    /// records there, then [`LogStore::skip`] it. The caller asks again for work.
+    Exhausted(Lease),
+    /// Nothing now: the group holds `max_parallelism` ranges, or every record is leased.
+    Idle,
+}
+
+/// One row of a group's leases, for operators.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRow {
+    /// The current delivery's batch id.
+    pub batch_id: String,
+    /// First offset of the range.
+    pub first_offset: u64,
+    /// Last offset (inclusive).
+    pub last_offset: u64,
+    /// Where it stands.
+    pub state: LeaseState,
+    /// Deliveries so far.
+    pub attempt: u32,
+    /// Active: end of the hold; pending: when it may be redelivered.
+    pub expires_at: i64,
+}
+
+/// What the claiming transaction decided.
+enum Claim {
+    Range {
+        batch_id: String,
+        first: u64,
+        last: u64,
+        attempt: u32,
+        expires_at: i64,
+        exhausted: bool,
+    },
+    Truncated {
+        requested_offset: u64,
+        oldest_offset: u64,
+    },
+    Idle,
+}
+
+impl LogStore {
+    /// Leases the next range for `group`: a due redelivery first, else up to `limit` (default
+    /// and cap: `max_batch_size`) fresh records. The hold is durable before it is returned.
+    ///
+    /// Blocks the calling thread for SQLite work; awaits the cold store when the range was
+    /// flushed.
+    ///
+    /// # Errors
+    /// [`StoreError::LeasesDisabled`]; [`StoreError::InvalidLimit`]; [`StoreError::InvalidName`];
+    /// [`StoreError::Truncated`] once when records the group never settled were removed by
+    /// retention (they are then skipped, and the next call continues with what remains);
+    /// [`StoreError::Cold`] when a flushed range cannot be read now (it is released for
+    /// redelivery); a storage failure.
+    pub async fn lease(
+        &self,
+        group: &str,
+        limit: Option<usize>,
+    ) -> Result<LeaseOutcome, StoreError> {
+        self.check_leases()?;
+        let limit = self.page_limit(limit)?;
+        validate_group(group)?;
+        let options = self.options.leases;
+        let claim = self.write(|tx, tail| {
+            let now = self.now_ms();
+            claim(tx, tail, group, limit, &options, now)
+        })?;
+        let (batch_id, first, last, attempt, expires_at, exhausted) = match claim {
+            Claim::Idle => return Ok(LeaseOutcome::Idle),
+            Claim::Truncated {
+                requested_offset,
+                oldest_offset,
+            } => {
+                return Err(StoreError::Truncated {
+                    requested_offset,
+                    oldest_offset,
+                });
+            }
+            Claim::Range {
+                batch_id,
+                first,
+                last,
+                attempt,
+                expires_at,
+                exhausted,
+            } => (batch_id, first, last, attempt, expires_at, exhausted),
+        };
+        let records = match self.range_records(first, last).await {
+            Ok(records) => records,
+            Err(StoreError::Truncated { .. }) => {
+                // The index promised these records but the cold store lost them.
+                self.settle(group, &batch_id, Settlement::Lost)?;
+                return Err(StoreError::Truncated {
+                    requested_offset: first,
+                    oldest_offset: last + 1,
+                });
+            }
+            Err(err) => {
+                // Not delivered: make it due again without counting the attempt.
+                self.settle(group, &batch_id, Settlement::Undelivered)?;
+                return Err(err);
+            }
+        };
+        let lease = Lease {
+            batch_id,
+            group: group.to_owned(),
+            first_offset: first,
+            last_offset: last,
+            attempt,
+            expires_at,
+            records,
+        };
+        Ok(if exhausted {
+            LeaseOutcome::Exhausted(lease)
+        } else {
+            LeaseOutcome::Leased(lease)
+        })
+    }
+
+    /// Settles a held range as processed and commits over every contiguous settled range.
+    /// Returns the group's cursor afterwards (`None` if it has none yet).
+    ///
+    /// # Errors
+    /// [`StoreError::LeaseNotHeld`] when `batch_id` is unknown, fenced by a redelivery,
+    /// already settled, or another group's; [`StoreError::LeasesDisabled`]; a storage failure.
+    pub fn ack(&self, group: &str, batch_id: &str) -> Result<Option<u64>, StoreError> {
+        self.settle(group, batch_id, Settlement::Ack)
+    }
+
+    /// Settles an exhausted range as given up (after it was copied to the dead-letter
+    /// destination) and commits over it like an acked range. Returns the cursor afterwards.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack).
+    pub fn skip(&self, group: &str, batch_id: &str) -> Result<Option<u64>, StoreError> {
+        self.settle(group, batch_id, Settlement::Skip)
+    }
+
+    /// Returns a held range for redelivery (under a new batch id) no sooner than `delay_ms`
+    /// from now.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack).
+    pub fn nack(&self, group: &str, batch_id: &str, delay_ms: u64) -> Result<(), StoreError> {
+        self.settle(group, batch_id, Settlement::Nack { delay_ms })
+            .map(drop)
+    }
+
+    /// Renews a hold for another `lease_ms`; returns the new expiry. A hold that expired but
+    /// was not redelivered yet can still be extended.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack).
+    pub fn extend(&self, group: &str, batch_id: &str) -> Result<i64, StoreError> {
+        self.check_leases()?;
+        validate_group(group)?;
+        let lease_ms = self.options.leases.lease_ms;
+        self.write(|tx, _| {
+            held_range(tx, group, batch_id)?;
+            let expires_at = self.now_ms().saturating_add(lease_ms as i64);
+            tx.prepare_cached("UPDATE leases SET expires_at = ?1 WHERE batch_id = ?2")?
+                .execute(params![expires_at, batch_id])?;
+            Ok(expires_at)
+        })
+    }
+
+    /// `group`'s lease rows (held, awaiting redelivery, or settled but not yet committed over),
+    /// by first offset.
+    ///
+    /// # Errors
+    /// [`StoreError::LeasesDisabled`], [`StoreError::InvalidName`], a storage failure.
+    pub fn leases(&self, group: &str) -> Result<Vec<LeaseRow>, StoreError> {
+        self.check_leases()?;
+        validate_group(group)?;
+        self.snapshot(|tx| {
+            let mut statement = tx.prepare_cached(
+                "SELECT batch_id, first_offset, last_offset, state, attempt, expires_at FROM leases
+                 WHERE consumer = ?1 ORDER BY first_offset",
+            )?;
+            let rows = statement.query_map([group], |row| {
+                Ok(LeaseRow {
+                    batch_id: row.get(0)?,
+                    first_offset: row.get(1)?,
+                    last_offset: row.get(2)?,
+                    state: LeaseState::parse(&row.get::<_, String>(3)?),
+                    attempt: row.get(4)?,
+                    expires_at: row.get(5)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn check_leases(&self) -> Result<(), StoreError> {
+        if self.options.leases.enabled {
+            Ok(())
+        } else {
+            Err(StoreError::LeasesDisabled)
+        }
+    }
+
+    /// The one place a held range changes state.
+    fn settle(
+        &self,
+        group: &str,
+        batch_id: &str,
+        settlement: Settlement,
+    ) -> Result<Option<u64>, StoreError> {
+        self.check_leases()?;
+        validate_group(group)?;
+        self.write(|tx, _| {
+            let range = held_range(tx, group, batch_id)?;
+            let now = self.now_ms();
+            let (state, expires_at, attempt) = match settlement {
+                Settlement::Ack => ("acked", now, range.attempt),
+                Settlement::Skip | Settlement::Lost => ("skipped", now, range.attempt),
+                Settlement::Nack { delay_ms } => (
+                    "pending",
+                    now.saturating_add(delay_ms as i64),
+                    range.attempt,
+                ),
+                Settlement::Undelivered => ("pending", now, range.attempt.saturating_sub(1)),
+            };
+            tx.prepare_cached(
+                "UPDATE leases SET state = ?1, expires_at = ?2, attempt = ?3 WHERE batch_id = ?4",
+            )?
+            .execute(params![state, expires_at, attempt, batch_id])?;
+            advance(tx, group, now)
+        })
+    }
+
+    /// Exactly the records `first..=last`, hot or cold.
+    async fn range_records(&self, first: u64, last: u64) -> Result<Vec<Record>, StoreError> {
+        let count = (last - first + 1) as usize;
+        let page = self.read(Some(first), Some(count)).await?;
+        if page.records.len() == count && page.records.iter().map(|r| r.offset).eq(first..=last) {
+            Ok(page.records)
+        } else {
+            Err(StoreError::Truncated {
+                requested_offset: first,
+                oldest_offset: last + 1,
+            })
+        }
+    }
+}
+
+/// How a held range is settled.
+#[derive(Clone, Copy)]
+enum Settlement {
+    Ack,
+    Skip,
+    Nack {
+        delay_ms: u64,
+    },
+    /// Its records could not be read back: skipped, and reported as truncation.
+    Lost,
+    /// Its records could not be fetched now: due again, the attempt not counted.
+    Undelivered,
+}
+
+struct HeldRange {
+    attempt: u32,
+}
+
+/// The active range `batch_id` of `group`, or [`StoreError::LeaseNotHeld`].
+fn held_range(tx: &Transaction<'_>, group: &str, batch_id: &str) -> Result<HeldRange, StoreError> {
+    let row: Option<(String, String, u32)> = tx
+        .prepare_cached("SELECT consumer, state, attempt FROM leases WHERE batch_id = ?1")?
+        .query_row([batch_id], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()?;
+    match row {
+        Some((consumer, state, attempt)) if consumer == group && state == "active" => {
+            Ok(HeldRange { attempt })
+        }
+        _ => Err(StoreError::LeaseNotHeld {
+            batch_id: batch_id.to_owned(),
+        }),
+    }
+}
+
+/// Decides what `lease` hands out, and records it.
+fn claim(
+    tx: &Transaction<'_>,
+    tail: &Tail,
+    group: &str,
+    limit: usize,
+    options: &LeaseOptions,
+    now: i64,
+) -> Result<Claim, StoreError> {
+    let oldest = bounds_in(tx)?.oldest_offset;
+    let new_batch_id = || uuid::Uuid::new_v4().to_string();
+    let expires_at = now.saturating_add(options.lease_ms as i64);
+
+    // 1. Redeliver the lowest due range.
+    let due: Option<(u64, u64, u32)> = tx
+        .prepare_cached(
+            "SELECT first_offset, last_offset, attempt FROM leases
+             WHERE consumer = ?1 AND state IN ('active', 'pending') AND expires_at <= ?2
+             ORDER BY first_offset LIMIT 1",
+        )?
+        .query_row(params![group, now], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })
+        .optional()?;
+    if let Some((first, last, attempt)) = due {
+        if first < oldest {
+            return lose_head_of_range(tx, group, first, last, oldest, now);
+        }
+        let (batch_id, attempt) = (new_batch_id(), attempt + 1);
+        tx.prepare_cached(
+            "UPDATE leases SET batch_id = ?1, state = 'active', attempt = ?2, expires_at = ?3
+             WHERE consumer = ?4 AND first_offset = ?5",
+        )?
+        .execute(params![batch_id, attempt, expires_at, group, first])?;
+        let exhausted =
+            options.dead_letter && options.max_attempts.is_some_and(|max| attempt > max);
+        return Ok(Claim::Range {
+            batch_id,
+            first,
+            last,
+            attempt,
+            expires_at,
+            exhausted,
+        });
+    }
+
+    // 2. Respect the group's parallelism.
+    let held: u32 = tx
+        .prepare_cached(
+            "SELECT COUNT(*) FROM leases WHERE consumer = ?1 AND state IN ('active', 'pending')",
+        )?
+        .query_row([group], |row| row.get(0))?;
+    if held >= options.max_parallelism {
+        return Ok(Claim::Idle);
+    }
+
+    // 3. A fresh range after everything handed out (or committed) so far.
+    let cursor = cursor_of(tx, group)?;
+    let allocation: Option<u64> = tx
+        .prepare_cached("SELECT allocated_offset FROM allocations WHERE consumer = ?1")?
+        .query_row([group], |row| row.get(0))
+        .optional()?;
+    let start = match (allocation, cursor) {
+        (Some(allocation), cursor) => allocation.max(cursor.unwrap_or(0)),
+        (None, Some(cursor)) => cursor,
+        // A group that never leased or committed starts at the oldest readable offset.
+        (None, None) => oldest,
+    };
+    if start < oldest {
+        // Retention removed records before the group ever got them.
+        insert_range(
+            tx,
+            group,
+            start,
+            oldest - 1,
+            &new_batch_id(),
+            "skipped",
+            0,
+            now,
+            now,
+        )?;
+        set_allocation(tx, group, oldest)?;
+        advance(tx, group, now)?;
+        return Ok(Claim::Truncated {
+            requested_offset: start,
+            oldest_offset: oldest,
+        });
+    }
+    if start >= tail.next_offset {
+        return Ok(Claim::Idle);
+    }
+    let last = (start + limit as u64 - 1).min(tail.next_offset - 1);
+    let batch_id = new_batch_id();
+    insert_range(
+        tx, group, start, last, &batch_id, "active", 1, expires_at, now,
+    )?;
+    set_allocation(tx, group, last + 1)?;
+    Ok(Claim::Range {
+        batch_id,
+        first: start,
+        last,
+        attempt: 1,
+        expires_at,
+        exhausted: false,
+    })
+}
+
+/// A due range whose head retention removed: the lost part is skipped (and reported), the
+/// readable rest stays due for redelivery.
+fn lose_head_of_range(
+    tx: &Transaction<'_>,
+    group: &str,
+    first: u64,
+    last: u64,
+    oldest: u64,
+    now: i64,
+) -> Result<Claim, StoreError> {
+    let lost_last = last.min(oldest - 1);
+    let attempt: u32 = tx
+        .prepare_cached(
+            "UPDATE leases SET state = 'skipped', last_offset = ?1, batch_id = ?2, expires_at = ?3
+             WHERE consumer = ?4 AND first_offset = ?5 RETURNING attempt",
+        )?
+        .query_row(
+            params![
+                lost_last,
+                uuid::Uuid::new_v4().to_string(),
+                now,
+                group,
+                first
+            ],
+            |row| row.get(0),
+        )?;
+    if lost_last < last {
+        insert_range(
+            tx,
+            group,
+            oldest,
+            last,
+            &uuid::Uuid::new_v4().to_string(),
+            "pending",
+            attempt,
+            now,
+            now,
+        )?;
+    }
+    advance(tx, group, now)?;
+    Ok(Claim::Truncated {
+        requested_offset: first,
+        oldest_offset: oldest,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn insert_range(
+    tx: &Transaction<'_>,
+    group: &str,
+    first: u64,
+    last: u64,
+    batch_id: &str,
+    state: &str,
+    attempt: u32,
+    expires_at: i64,
+    now: i64,
+) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO leases (consumer, first_offset, last_offset, batch_id, state, attempt, expires_at, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![group, first, last, batch_id, state, attempt, expires_at, now])?;
+    Ok(())
+}
+
+fn set_allocation(tx: &Transaction<'_>, group: &str, allocated: u64) -> Result<(), StoreError> {
+    tx.prepare_cached(
+        "INSERT INTO allocations (consumer, allocated_offset) VALUES (?1, ?2)
+         ON CONFLICT (consumer) DO UPDATE SET allocated_offset = MAX(allocated_offset, excluded.allocated_offset)",
+    )?
+    .execute(params![group, allocated])?;
+    Ok(())
+}
+
+fn cursor_of(tx: &Transaction<'_>, group: &str) -> Result<Option<u64>, StoreError> {
+    Ok(tx
+        .prepare_cached("SELECT offset FROM cursors WHERE consumer = ?1")?
+        .query_row([group], |row| row.get(0))
+        .optional()?)
+}
+
+/// Commits `group`'s cursor over every settled range contiguous with it (starting from the
+/// lowest range when the group has no cursor yet), and forgets the ranges it passed.
+/// Returns the cursor afterwards.
+pub(super) fn advance(
+    tx: &Transaction<'_>,
+    group: &str,
+    now: i64,
+) -> Result<Option<u64>, StoreError> {
+    let cursor = cursor_of(tx, group)?;
+    let mut statement =
+        tx.prepare_cached("SELECT first_offset, last_offset, state FROM leases WHERE consumer = ?1 ORDER BY first_offset")?;
+    let ranges: Vec<(u64, u64, String)> = statement
+        .query_map([group], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .collect::<Result<_, _>>()?;
+    let Some(start) = cursor.or_else(|| ranges.first().map(|range| range.0)) else {
+        return Ok(None);
+    };
+    let mut position = start;
+    for (first, last, state) in &ranges {
+        if *last < position {
+            continue; // committed over already, by a plain commit
+        }
+        if *first > position || !(state == "acked" || state == "skipped") {
+            break;
+        }
+        position = last + 1;
+    }
+    tx.prepare_cached("DELETE FROM leases WHERE consumer = ?1 AND last_offset < ?2")?
+        .execute(params![group, position])?;
+    if position == start {
+        return Ok(cursor);
+    }
+    tx.prepare_cached(
+        "INSERT INTO cursors (consumer, offset, committed_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (consumer) DO UPDATE SET offset = excluded.offset, committed_at = excluded.committed_at",
+    )?
+    .execute(params![group, position, now])?;
+    Ok(Some(position))
+}

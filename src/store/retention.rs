@@ -1,0 +1,227 @@
+//! Retention: trimming the hot window (flushing to the cold tier first when there is one) and
+//! forgetting cold segments.
+//!
+//! A trim pass takes the oldest hot records that break a limit, at most `max_batch_size` of
+//! them, and then, in this order: writes their segment to the cold store (create-only), and in
+//! one transaction records the segment in the index and deletes the hot records. A crash or a
+//! failure at any point loses nothing: before the index is written the records are still hot,
+//! and a retried pass finds the identical object already stored and accepts it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rusqlite::{Transaction, params};
+
+use super::segment::{self, Encoded};
+use super::{Fault, LogStore, Record, StoreError, schema};
+use crate::cold::{ColdStore, ColdStoreError, PutOutcome, SegmentKey};
+
+/// Limits of the hot window; `None` means no limit. All limits combine: a record leaves when it
+/// breaks any of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Records appended longer ago than this leave.
+    pub max_age_ms: Option<u64>,
+    /// At most this many hot records stay.
+    pub max_records: Option<u64>,
+    /// At most this many payload bytes stay (the oldest records leave until the excess is
+    /// covered, possibly one record more).
+    pub max_bytes: Option<u64>,
+}
+
+impl Retention {
+    fn is_unlimited(&self) -> bool {
+        self.max_age_ms.is_none() && self.max_records.is_none() && self.max_bytes.is_none()
+    }
+}
+
+/// Where a partition's expired records go: a cold store, under keys
+/// `{prefix}/{topic}/{partition}/{first}-{last}`.
+#[derive(Debug, Clone)]
+pub struct ColdTier {
+    /// The object storage.
+    pub store: Arc<dyn ColdStore>,
+    /// Key prefix shared by every partition (may be empty).
+    pub prefix: String,
+    /// The partition's topic, written into keys and segments.
+    pub topic: String,
+    /// The partition's index, written into keys and segments.
+    pub partition: u32,
+}
+
+/// One pass: the hot records to remove, oldest first.
+struct Pass {
+    records: Vec<Record>,
+    bytes: u64,
+}
+
+impl LogStore {
+    /// Enforces retention now: removes the oldest hot records that break a limit, in passes of
+    /// at most `max_batch_size`, flushing each pass to the cold tier (when there is one) before
+    /// deleting it. Returns how many records left the hot window. Returns 0 without work when
+    /// no limit is set or another trim is running.
+    ///
+    /// Blocks the calling thread for SQLite work; awaits cold-store I/O.
+    ///
+    /// # Errors
+    /// [`StoreError::Cold`] when the cold store fails: passes already done stay done, the
+    /// failed pass removes nothing. A storage failure.
+    pub async fn trim(&self) -> Result<u64, StoreError> {
+        let retention = self.options.retention;
+        if retention.is_unlimited() || self.trimming.swap(true, Ordering::SeqCst) {
+            return Ok(0);
+        }
+        // Cleared however this future ends: finished, failed, panicked or dropped mid-flush.
+        struct Running<'a>(&'a AtomicBool);
+        impl Drop for Running<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::SeqCst);
+            }
+        }
+        let _running = Running(&self.trimming);
+        self.trim_passes(retention).await
+    }
+
+    async fn trim_passes(&self, retention: Retention) -> Result<u64, StoreError> {
+        let cutoff = retention
+            .max_age_ms
+            .map(|age| self.now_ms().saturating_sub(age as i64));
+        let mut removed = 0;
+        while let Some(pass) =
+            self.snapshot(|tx| plan_pass(tx, &retention, cutoff, self.options.max_batch_size))?
+        {
+            let flushed = match &self.options.cold {
+                Some(cold) => Some(flush(cold, &pass).await?),
+                None => None,
+            };
+            let deleted = self.complete_pass(&pass, flushed)?;
+            removed += deleted;
+            if deleted < pass.records.len() as u64 {
+                break;
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Indexes the flushed segment (if any) and deletes the pass's hot records, atomically.
+    fn complete_pass(
+        &self,
+        pass: &Pass,
+        flushed: Option<(SegmentKey, Encoded)>,
+    ) -> Result<u64, StoreError> {
+        let (first, last) = (
+            pass.records[0].offset,
+            pass.records[pass.records.len() - 1].offset,
+        );
+        self.write(|tx, tail| {
+            if let Some((key, encoded)) = &flushed {
+                tx.prepare_cached(
+                    "INSERT INTO segments (first_offset, last_offset, locator, checksum, bytes, flushed_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (first_offset) DO UPDATE SET last_offset = excluded.last_offset,
+                        locator = excluded.locator, checksum = excluded.checksum,
+                        bytes = excluded.bytes, flushed_at = excluded.flushed_at",
+                )?
+                .execute(params![first, last, key.as_str(), encoded.checksum, pass.bytes, self.now_ms()])?;
+                self.injected_fault(Fault::AfterSegmentIndexed)?;
+            }
+            let deleted = tx
+                .prepare_cached("DELETE FROM records WHERE offset BETWEEN ?1 AND ?2")?
+                .execute(params![first, last])?;
+            // The hot window may now be empty: keep the log's end where appends will find it.
+            tx.prepare_cached("UPDATE sequence SET next_offset = ?1, end_bytes = ?2 WHERE id = 1")?
+                .execute(params![tail.next_offset, tail.end_bytes])?;
+            Ok(deleted as u64)
+        })
+    }
+
+    /// Forgets the cold segments that end below `before` (their objects are left to the cold
+    /// store's own lifecycle). Reads below the new oldest offset then report truncation.
+    /// Returns how many segments were forgotten.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn forget_cold_before(&self, before: u64) -> Result<u64, StoreError> {
+        self.write(|tx, _| {
+            let forgotten = tx
+                .prepare_cached("DELETE FROM segments WHERE last_offset < ?1")?
+                .execute([before])?;
+            Ok(forgotten as u64)
+        })
+    }
+}
+
+/// Picks the longest prefix of the oldest hot records (at most `max_batch`) in which every
+/// record breaks a limit: it is among the `excess` oldest, or bytes are still over budget
+/// before it is counted, or it is older than `cutoff`.
+fn plan_pass(
+    tx: &Transaction<'_>,
+    retention: &Retention,
+    cutoff: Option<i64>,
+    max_batch: usize,
+) -> Result<Option<Pass>, StoreError> {
+    let (next_offset, end_bytes): (u64, u64) = tx
+        .prepare_cached(schema::LOG_END)?
+        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    let mut statement = tx.prepare_cached(
+        "SELECT offset, dedup_key, payload, appended_at, bytes, end_bytes FROM records
+         ORDER BY offset LIMIT ?1",
+    )?;
+    let mut rows = statement.query([max_batch as u64])?;
+    let mut pass = Pass {
+        records: Vec::new(),
+        bytes: 0,
+    };
+    let mut over_bytes: Option<i128> = None;
+    let mut excess = 0;
+    while let Some(row) = rows.next()? {
+        let (offset, appended_at, bytes, record_end): (u64, i64, u64, u64) =
+            (row.get(0)?, row.get(3)?, row.get(4)?, row.get(5)?);
+        if pass.records.is_empty() {
+            // The hot window is the contiguous run from this record to the log's end.
+            excess = retention
+                .max_records
+                .map_or(0, |max| (next_offset - offset).saturating_sub(max));
+            let hot_bytes = end_bytes - (record_end - bytes);
+            over_bytes = retention
+                .max_bytes
+                .map(|max| i128::from(hot_bytes) - i128::from(max));
+        }
+        let by_count = (pass.records.len() as u64) < excess;
+        let by_bytes = over_bytes.is_some_and(|over| over > 0);
+        let by_age = cutoff.is_some_and(|cutoff| appended_at < cutoff);
+        if !(by_count || by_bytes || by_age) {
+            break;
+        }
+        over_bytes = over_bytes.map(|over| over - i128::from(bytes));
+        pass.bytes += bytes;
+        pass.records.push(Record {
+            offset,
+            key: row.get(1)?,
+            payload: row.get(2)?,
+            appended_at,
+        });
+    }
+    Ok((!pass.records.is_empty()).then_some(pass))
+}
+
+/// Writes the pass's segment create-only. An object already under its key is accepted only if
+/// it is this very segment (a retried pass), never overwritten.
+async fn flush(cold: &ColdTier, pass: &Pass) -> Result<(SegmentKey, Encoded), StoreError> {
+    let (first, last) = (
+        pass.records[0].offset,
+        pass.records[pass.records.len() - 1].offset,
+    );
+    let key = SegmentKey::new(&cold.prefix, &cold.topic, cold.partition, first, last);
+    let encoded = segment::encode(&cold.topic, cold.partition, &pass.records);
+    if cold.store.put(&key, &encoded.bytes).await? == PutOutcome::AlreadyExists {
+        let existing = cold.store.get(&key).await?;
+        if existing.as_deref() != Some(encoded.bytes.as_slice()) {
+            return Err(ColdStoreError::Conflict {
+                key: key.to_string(),
+            }
+            .into());
+        }
+    }
+    Ok((key, encoded))
+}
