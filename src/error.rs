@@ -20,6 +20,24 @@ pub enum Error {
     /// A topic or group name breaks the naming rules.
     #[error(transparent)]
     InvalidName(#[from] NameError),
+    /// A partition is stopping (idle) or restarting; the operation was not applied. [`Log`]
+    /// retries on a fresh start of the partition, so callers rarely see this.
+    ///
+    /// [`Log`]: crate::Log
+    #[error("the partition is stopping; the operation was not applied")]
+    PartitionStopped,
+    /// The partition could not serve the request: its storage failed (the outcome of a write
+    /// is unknown: retry with the same deduplication keys).
+    #[error("partition {partition} is unavailable: {reason}")]
+    Unavailable {
+        /// The partition, `{topic}:{index}`.
+        partition: String,
+        /// What failed.
+        reason: String,
+    },
+    /// An actor's mailbox is closed or full.
+    #[error("actor mailbox failure")]
+    Mailbox(#[from] actix::MailboxError),
     /// A partition index at or beyond the topic's partition count.
     #[error("topic {topic:?} has {partitions} partitions; there is no partition {partition}")]
     UnknownPartition {
@@ -42,6 +60,23 @@ impl Error {
             Self::Config(_) => "invalid_config",
             Self::InvalidName(_) => "invalid_name",
             Self::UnknownPartition { .. } => "unknown_partition",
+            Self::PartitionStopped | Self::Unavailable { .. } | Self::Mailbox(_) => "unavailable",
+        }
+    }
+
+    /// The same failure, for another caller that shared it (a group commit answers several
+    /// callers from one failed transaction).
+    pub(crate) fn for_another_caller(&self, partition: &crate::names::PartitionId) -> Self {
+        let mut reason = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(cause) = source {
+            reason.push_str(": ");
+            reason.push_str(&cause.to_string());
+            source = cause.source();
+        }
+        Self::Unavailable {
+            partition: partition.to_string(),
+            reason,
         }
     }
 }

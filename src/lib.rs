@@ -49,11 +49,17 @@ pub mod cold;
 pub mod config;
 pub mod error;
 pub mod http;
+pub mod load;
+pub mod log;
 pub mod names;
+pub mod partition;
+pub(crate) mod registry;
+pub mod routing;
 pub mod store;
 
 pub use config::Config;
 pub use error::Error;
+pub use log::{Event, EventsOutcome, Log, LogBuilder};
 pub use store::LogStore;
 
 /// The README's Rust examples, compiled and run as doctests.

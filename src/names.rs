@@ -96,3 +96,42 @@ mod tests {
         assert!(validate_group("a/b").is_err());
     }
 }
+
+/// A partition of a topic: `{topic}:{index}`. Constructing one checks the topic name, so a
+/// `PartitionId` is always safe to turn into a path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionId {
+    topic: String,
+    index: u32,
+}
+
+impl PartitionId {
+    /// The partition `index` of `topic`.
+    ///
+    /// # Errors
+    /// [`NameError`] when the topic name breaks the naming rules.
+    pub fn new(topic: &str, index: u32) -> Result<Self, NameError> {
+        validate_topic(topic)?;
+        Ok(Self {
+            topic: topic.to_owned(),
+            index,
+        })
+    }
+
+    /// The topic.
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The partition's index within its topic.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+}
+
+impl std::fmt::Display for PartitionId {
+    /// The shard name, `{topic}:{partition}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.topic, self.index)
+    }
+}

@@ -151,34 +151,47 @@ impl LogStore {
         })
     }
 
-    /// The definite rejections of SEMANTICS Part A 5, checked before anything is written.
     fn check_batch(&self, batch: &[NewRecord]) -> Option<AppendRejection> {
-        let max = self.options.max_batch_size;
-        if batch.is_empty() {
-            return Some(AppendRejection::EmptyBatch);
-        }
-        if batch.len() > max {
-            return Some(AppendRejection::BatchTooLarge {
-                records: batch.len(),
-                max,
+        check_batch(
+            batch,
+            self.options.max_batch_size,
+            self.options.max_record_bytes,
+        )
+    }
+}
+
+/// The definite rejections of SEMANTICS Part A 5, checked before anything is written: the one
+/// definition, used by the store and by callers that validate a request before sending it.
+pub fn check_batch(
+    batch: &[NewRecord],
+    max_batch_size: usize,
+    max_record_bytes: usize,
+) -> Option<AppendRejection> {
+    let max = max_batch_size;
+    if batch.is_empty() {
+        return Some(AppendRejection::EmptyBatch);
+    }
+    if batch.len() > max {
+        return Some(AppendRejection::BatchTooLarge {
+            records: batch.len(),
+            max,
+        });
+    }
+    batch.iter().enumerate().find_map(|(index, record)| {
+        let key_bytes = record.key.as_ref().map_or(1, String::len);
+        if !(1..=MAX_KEY_BYTES).contains(&key_bytes) {
+            return Some(AppendRejection::InvalidKey {
+                index,
+                bytes: key_bytes,
             });
         }
-        batch.iter().enumerate().find_map(|(index, record)| {
-            let key_bytes = record.key.as_ref().map_or(1, String::len);
-            if !(1..=MAX_KEY_BYTES).contains(&key_bytes) {
-                return Some(AppendRejection::InvalidKey {
-                    index,
-                    bytes: key_bytes,
-                });
-            }
-            let max = self.options.max_record_bytes;
-            (record.payload.len() > max).then_some(AppendRejection::RecordTooLarge {
-                index,
-                bytes: record.payload.len(),
-                max,
-            })
+        let max = max_record_bytes;
+        (record.payload.len() > max).then_some(AppendRejection::RecordTooLarge {
+            index,
+            bytes: record.payload.len(),
+            max,
         })
-    }
+    })
 }
 
 /// Writes one validated batch inside `tx`, returning each input record's offset.

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use rusqlite::{Transaction, params};
+use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::segment::{self, Encoded};
 use super::{Fault, LogStore, Record, StoreError, schema};
@@ -133,6 +133,24 @@ impl LogStore {
                 .execute(params![tail.next_offset, tail.end_bytes])?;
             Ok(deleted as u64)
         })
+    }
+
+    /// When the oldest hot record becomes due for age retention (ms since the Unix epoch), or
+    /// `None` when there is no age limit or no hot record. An idle partition is woken then.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn retention_due_at(&self) -> Result<Option<i64>, StoreError> {
+        let Some(max_age_ms) = self.options.retention.max_age_ms else {
+            return Ok(None);
+        };
+        let oldest: Option<i64> = self.snapshot(|tx| {
+            Ok(tx
+                .prepare_cached("SELECT appended_at FROM records ORDER BY offset LIMIT 1")?
+                .query_row([], |row| row.get(0))
+                .optional()?)
+        })?;
+        Ok(oldest.map(|appended_at| appended_at.saturating_add(max_age_ms as i64)))
     }
 
     /// Forgets the cold segments that end below `before` (their objects are left to the cold

@@ -175,3 +175,38 @@ pub fn bounds(oldest_offset: u64, hot_offset: u64, next_offset: u64) -> durabili
         next_offset,
     }
 }
+
+/// A `Log` over a temporary folder (no cold tier unless the test sets one); the folder is
+/// removed on drop. Must be created inside an actix System (`#[actix::test]`).
+pub struct TestLog {
+    /// The open log.
+    pub log: durability::Log,
+    /// Its configuration.
+    pub config: durability::Config,
+    /// The temporary folder holding `data/` (and `cold/`), removed on drop.
+    _dir: tempfile::TempDir,
+}
+
+impl TestLog {
+    /// A log with the test configuration that `tune` adjusts.
+    pub fn with(tune: impl FnOnce(&mut durability::Config)) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = durability::Config::for_tests(dir.path());
+        tune(&mut config);
+        let log = durability::Log::open(config.clone()).expect("open the log");
+        Self {
+            log,
+            config,
+            _dir: dir,
+        }
+    }
+
+    /// The database file of a partition.
+    pub fn partition_file(&self, topic: &str, partition: u32) -> PathBuf {
+        self.config
+            .storage
+            .data_dir
+            .join(topic)
+            .join(format!("{partition}.sqlite"))
+    }
+}

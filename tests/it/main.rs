@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
+mod actors;
 mod cold;
 mod common;
 mod config;

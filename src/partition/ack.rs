@@ -1,0 +1,26 @@
+//! `Ack`: settle a leased range as processed.
+
+use actix::{Context, Handler, Message};
+
+use super::PartitionActor;
+use crate::error::Error;
+
+/// Settles the range `batch_id` of `group`; answers the group's cursor afterwards.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<Option<u64>, Error>")]
+pub struct Ack {
+    /// The consumer group holding the range.
+    pub group: String,
+    /// The delivery to settle.
+    pub batch_id: String,
+}
+
+impl Handler<Ack> for PartitionActor {
+    type Result = Result<Option<u64>, Error>;
+
+    fn handle(&mut self, ack: Ack, ctx: &mut Context<Self>) -> Self::Result {
+        let result = self.store()?.ack(&ack.group, &ack.batch_id);
+        self.stop_if_poisoned(ctx);
+        Ok(result?)
+    }
+}

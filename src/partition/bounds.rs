@@ -1,0 +1,20 @@
+//! `Bounds`: which offsets the partition can serve.
+
+use actix::{Context, Handler, Message};
+
+use super::PartitionActor;
+use crate::error::Error;
+use crate::store;
+
+/// Asks for the partition's oldest readable, oldest hot and next offsets.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<store::Bounds, Error>")]
+pub struct Bounds;
+
+impl Handler<Bounds> for PartitionActor {
+    type Result = Result<store::Bounds, Error>;
+
+    fn handle(&mut self, _: Bounds, _: &mut Context<Self>) -> Self::Result {
+        Ok(self.store()?.bounds()?)
+    }
+}

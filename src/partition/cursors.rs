@@ -1,0 +1,21 @@
+//! `Cursors`: every group's committed position.
+
+use std::collections::BTreeMap;
+
+use actix::{Context, Handler, Message};
+
+use super::PartitionActor;
+use crate::error::Error;
+
+/// Asks for every group's committed position, by group name.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<BTreeMap<String, u64>, Error>")]
+pub struct Cursors;
+
+impl Handler<Cursors> for PartitionActor {
+    type Result = Result<BTreeMap<String, u64>, Error>;
+
+    fn handle(&mut self, _: Cursors, _: &mut Context<Self>) -> Self::Result {
+        Ok(self.store()?.cursors()?)
+    }
+}

@@ -1,0 +1,25 @@
+//! `DeleteCursor`: forget a group's position and leases.
+
+use actix::{Context, Handler, Message};
+
+use super::PartitionActor;
+use crate::error::Error;
+
+/// Deletes `group`'s cursor and leases, so it stops holding back the backlog. Answers whether
+/// there was a cursor.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<bool, Error>")]
+pub struct DeleteCursor {
+    /// The consumer group.
+    pub group: String,
+}
+
+impl Handler<DeleteCursor> for PartitionActor {
+    type Result = Result<bool, Error>;
+
+    fn handle(&mut self, delete: DeleteCursor, ctx: &mut Context<Self>) -> Self::Result {
+        let result = self.store()?.delete_cursor(&delete.group);
+        self.stop_if_poisoned(ctx);
+        Ok(result?)
+    }
+}

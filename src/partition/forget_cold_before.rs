@@ -1,0 +1,24 @@
+//! `ForgetColdBefore`: drop cold segments from the index.
+
+use actix::{Context, Handler, Message};
+
+use super::PartitionActor;
+use crate::error::Error;
+
+/// Forgets the cold segments that end below `before`; answers how many.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<u64, Error>")]
+pub struct ForgetColdBefore {
+    /// Segments whose last offset is below this are forgotten.
+    pub before: u64,
+}
+
+impl Handler<ForgetColdBefore> for PartitionActor {
+    type Result = Result<u64, Error>;
+
+    fn handle(&mut self, forget: ForgetColdBefore, ctx: &mut Context<Self>) -> Self::Result {
+        let result = self.store()?.forget_cold_before(forget.before);
+        self.stop_if_poisoned(ctx);
+        Ok(result?)
+    }
+}

@@ -1,0 +1,22 @@
+//! `Load`: the partition's load snapshot.
+
+use actix::{Context, Handler, Message};
+
+use super::PartitionActor;
+use crate::error::Error;
+use crate::load::LoadSnapshot;
+
+/// Asks for the partition's load: appends in flight and completed over the last minute, and
+/// the backlog of its slowest group (`pendingDeliveries`).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<LoadSnapshot, Error>")]
+pub struct Load;
+
+impl Handler<Load> for PartitionActor {
+    type Result = Result<LoadSnapshot, Error>;
+
+    fn handle(&mut self, _: Load, _: &mut Context<Self>) -> Self::Result {
+        let pending = self.store()?.pending_deliveries()?;
+        Ok(self.load.snapshot(pending))
+    }
+}

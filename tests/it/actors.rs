@@ -1,0 +1,340 @@
+//! The actor layer through `Log` and typed messages: lazy start, idle stop and restart,
+//! recovery after a failed commit, many partitions in parallel, group commit, and the
+//! retention timer.
+
+use std::time::{Duration, Instant};
+
+use durability::partition::{Append, Read};
+use durability::store::{AppendOutcome, NewRecord};
+use durability::{Error, Event, EventsOutcome};
+
+use crate::common::TestLog;
+
+fn record(text: &str) -> NewRecord {
+    NewRecord::new(serde_json::to_string(text).unwrap())
+}
+
+fn offsets(outcome: AppendOutcome) -> Vec<u64> {
+    match outcome {
+        AppendOutcome::Appended { offsets } => offsets,
+        AppendOutcome::Rejected(rejection) => panic!("rejected: {rejection}"),
+    }
+}
+
+/// Polls `check` every 10 ms until it holds or `within` passes (for timers that must fire by
+/// themselves); returns whether it held.
+async fn eventually(within: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        actix::clock::sleep(Duration::from_millis(10)).await;
+    }
+    check().await
+}
+
+/// Reads, bounds and cursor queries of a partition never written answer empty and create no
+/// file; the first append creates it.
+#[actix::test]
+async fn partitions_start_on_their_first_write_only() {
+    let t = TestLog::with(|_| {});
+    let page = t.log.read("events", 3, None, None).await.unwrap();
+    assert!(page.records.is_empty() && page.next_offset == 0 && page.lag == 0);
+    assert_eq!(t.log.bounds("events", 3).await.unwrap().next_offset, 0);
+    assert_eq!(t.log.cursor("events", 3, "search").await.unwrap(), None);
+    assert!(t.log.cursors("events", 3).await.unwrap().is_empty());
+    assert_eq!(t.log.trim("events", 3).await.unwrap(), 0);
+    assert!(
+        t.log
+            .lease("events", 3, "search", None)
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(!t.partition_file("events", 3).exists());
+    assert!(t.log.running_partitions().await.unwrap().is_empty());
+    assert!(t.log.topics().await.unwrap().is_empty());
+
+    let appended = t.log.append("events", 3, vec![record("a")]).await.unwrap();
+    assert_eq!(offsets(appended.outcome), vec![0]);
+    assert!(t.partition_file("events", 3).exists());
+    let topics = t.log.topics().await.unwrap();
+    assert_eq!(topics.len(), 1);
+    assert_eq!(
+        (topics[0].name.as_str(), topics[0].partitions),
+        ("events", 8)
+    );
+}
+
+/// Bad names and partition indexes are refused before anything touches the disk.
+#[actix::test]
+async fn names_and_partitions_are_checked_first() {
+    let t = TestLog::with(|_| {});
+    let err = t
+        .log
+        .append("../etc", 0, vec![record("a")])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::InvalidName(_)), "{err:?}");
+    let err = t
+        .log
+        .append("events", 8, vec![record("a")])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::UnknownPartition {
+                partition: 8,
+                partitions: 8,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = t.log.commit("events", 0, "bad group", 0).await.unwrap_err();
+    assert_eq!(err.code(), "invalid_name");
+    assert!(
+        std::fs::read_dir(&t.config.storage.data_dir)
+            .unwrap()
+            .next()
+            .is_none()
+    );
+}
+
+/// A partition idle for `idle_stop_ms` stops by itself, and the next message restarts it
+/// transparently with everything it held.
+#[actix::test]
+async fn idle_partitions_stop_and_restart_transparently() {
+    let t = TestLog::with(|config| config.partitions.idle_stop_ms = 50);
+    t.log
+        .append("events", 0, vec![record("a"), record("b")])
+        .await
+        .unwrap();
+    t.log.commit("events", 0, "search", 1).await.unwrap();
+    let stopped = eventually(Duration::from_secs(10), async || {
+        t.log.running_partitions().await.unwrap().is_empty()
+    })
+    .await;
+    assert!(stopped, "the idle partition stopped");
+
+    let page = t.log.read("events", 0, Some(0), None).await.unwrap();
+    assert_eq!(page.records.len(), 2);
+    assert_eq!(t.log.cursor("events", 0, "search").await.unwrap(), Some(1));
+    assert_eq!(
+        offsets(
+            t.log
+                .append("events", 0, vec![record("c")])
+                .await
+                .unwrap()
+                .outcome
+        ),
+        vec![2]
+    );
+}
+
+/// After a failed commit the partition refuses nothing for long: its supervisor restarts it,
+/// the database is reopened, and appends continue from the durable state.
+#[actix::test]
+async fn a_failed_commit_restarts_the_partition() {
+    let t = TestLog::with(|_| {});
+    t.log.append("events", 0, vec![record("a")]).await.unwrap();
+    t.log.fail_next_commit("events", 0).await.unwrap();
+    let err = t
+        .log
+        .append("events", 0, vec![record("lost")])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "unavailable");
+
+    let appended = t.log.append("events", 0, vec![record("b")]).await.unwrap();
+    assert_eq!(
+        offsets(appended.outcome),
+        vec![1],
+        "the failed batch left nothing behind"
+    );
+    let page = t.log.read("events", 0, Some(0), None).await.unwrap();
+    let payloads: Vec<&str> = page.records.iter().map(|r| r.payload.as_str()).collect();
+    assert_eq!(payloads, vec!["\"a\"", "\"b\""]);
+}
+
+/// 64 partitions, each with 4 concurrent producers: every partition's offsets are contiguous
+/// and every record is read back exactly once.
+#[actix::test]
+async fn many_partitions_in_parallel_keep_offsets_contiguous() {
+    const PARTITIONS: u32 = 64;
+    const PRODUCERS: usize = 4;
+    const APPENDS: usize = 10;
+    let t = TestLog::with(|config| config.log.partitions_per_topic = PARTITIONS);
+    let mut tasks = Vec::new();
+    for partition in 0..PARTITIONS {
+        for producer in 0..PRODUCERS {
+            let log = t.log.clone();
+            tasks.push(actix::spawn(async move {
+                let mut offsets = Vec::new();
+                for n in 0..APPENDS {
+                    let appended = log
+                        .append("wide", partition, vec![record(&format!("{producer}-{n}"))])
+                        .await
+                        .unwrap();
+                    offsets.extend(self::offsets(appended.outcome));
+                }
+                (partition, offsets)
+            }));
+        }
+    }
+    let mut per_partition = vec![Vec::new(); PARTITIONS as usize];
+    for task in tasks {
+        let (partition, offsets) = task.await.unwrap();
+        per_partition[partition as usize].extend(offsets);
+    }
+    for (partition, mut offsets) in per_partition.into_iter().enumerate() {
+        offsets.sort_unstable();
+        let expected: Vec<u64> = (0..(PRODUCERS * APPENDS) as u64).collect();
+        assert_eq!(offsets, expected, "partition {partition}");
+        let page = t
+            .log
+            .read("wide", partition as u32, Some(0), None)
+            .await
+            .unwrap();
+        assert_eq!(page.records.len(), PRODUCERS * APPENDS);
+    }
+}
+
+/// Concurrent single-record appends to one partition share transactions: fewer commits than
+/// appends, each caller still getting its own offset.
+#[actix::test]
+async fn group_commit_groups_concurrent_appends() {
+    let t = TestLog::with(|_| {});
+    let tasks: Vec<_> = (0..200)
+        .map(|n| {
+            let log = t.log.clone();
+            actix::spawn(async move {
+                offsets(
+                    log.append("events", 0, vec![record(&n.to_string())])
+                        .await
+                        .unwrap()
+                        .outcome,
+                )
+            })
+        })
+        .collect();
+    let mut all = Vec::new();
+    for task in tasks {
+        all.extend(task.await.unwrap());
+    }
+    all.sort_unstable();
+    assert_eq!(all, (0..200).collect::<Vec<u64>>());
+    let stats = t.log.stats("events", 0).await.unwrap();
+    assert_eq!(stats.appends, 200);
+    assert!(stats.commits < stats.appends, "{stats:?}");
+}
+
+/// Typed messages straight to a partition's actor, as an embedding application sends them.
+#[actix::test]
+async fn typed_messages_reach_the_partition() {
+    let t = TestLog::with(|_| {});
+    let partition = t.log.partition_actor("events", 2).await.unwrap();
+    let appended = partition
+        .send(Append {
+            records: vec![record("x"), record("y")],
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(offsets(appended.outcome), vec![0, 1]);
+    assert_eq!(
+        appended.load.inbound.in_flight, 1,
+        "the snapshot counts this append as in flight"
+    );
+    let page = partition
+        .send(Read {
+            from: Some(1),
+            limit: None,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.records[0].payload, "\"y\"");
+}
+
+/// The retention timer fires by itself: with a short sweep interval, records over the limit
+/// leave the hot window without anyone calling trim.
+#[actix::test]
+async fn the_retention_timer_trims_by_itself() {
+    let t = TestLog::with(|config| {
+        config.retention.max_records = 2;
+        config.retention.sweep_interval_ms = 20;
+    });
+    t.log
+        .append(
+            "events",
+            0,
+            vec![
+                record("a"),
+                record("b"),
+                record("c"),
+                record("d"),
+                record("e"),
+            ],
+        )
+        .await
+        .unwrap();
+    let trimmed = eventually(Duration::from_secs(10), async || {
+        t.log.bounds("events", 0).await.unwrap().hot_offset == 3
+    })
+    .await;
+    assert!(
+        trimmed,
+        "bounds: {:?}",
+        t.log.bounds("events", 0).await.unwrap()
+    );
+}
+
+/// Keyed events go to the partition the FNV-1a function picks, in input order, and a request
+/// with one oversized partition batch writes nothing anywhere.
+#[actix::test]
+async fn keyed_events_are_routed_and_validated_whole() {
+    let t = TestLog::with(|config| config.log.max_batch_size = 2);
+    let event = |key: &str, text: &str| Event {
+        partition_key: key.into(),
+        key: None,
+        payload: serde_json::to_string(text).unwrap(),
+    };
+    // "user-1" → partition 4 and "user-2" → partition 3 of 8 (SEMANTICS Part B 5.3).
+    let outcome = t
+        .log
+        .append_events(
+            "events",
+            vec![
+                event("user-1", "a"),
+                event("user-2", "b"),
+                event("user-1", "c"),
+            ],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        EventsOutcome::Appended(vec![(4, 0), (3, 0), (4, 1)])
+    );
+
+    let too_many = vec![
+        event("user-2", "x"),
+        event("user-1", "y"),
+        event("user-2", "z"),
+        event("user-2", "w"),
+    ];
+    let outcome = t.log.append_events("events", too_many).await.unwrap();
+    assert!(
+        matches!(outcome, EventsOutcome::Rejected { partition: 3, .. }),
+        "{outcome:?}"
+    );
+    assert_eq!(
+        t.log.bounds("events", 4).await.unwrap().next_offset,
+        2,
+        "nothing written to partition 4"
+    );
+    assert_eq!(t.log.bounds("events", 3).await.unwrap().next_offset, 1);
+}
