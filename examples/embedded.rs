@@ -1,33 +1,72 @@
-//! Embeds one partition's log in your program: append with deduplication keys, read a page,
-//! commit a consumer's position, and check the backlog.
+//! Embeds the log in your own Actix application: open a `Log`, send typed messages to a
+//! partition's actor, append keyed events routed by the partitioning function, and read back.
 //!
 //! Run: `cargo run --example embedded`
 
-use durability::store::{AppendOutcome, LogStore, NewRecord, StoreOptions};
+use durability::partition::{Append, Commit, Read};
+use durability::store::NewRecord;
+use durability::{Config, Event, EventsOutcome, Log};
 
 #[actix::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    let log = LogStore::open(dir.path().join("orders-0.sqlite"), StoreOptions::default())?;
+    let mut config = Config::default();
+    config.storage.data_dir = dir.path().join("data");
+    config.cold.dir = dir.path().join("cold");
+    let log = Log::open(config)?;
 
-    // Producers append atomically; a re-sent key returns its original offset.
-    let first = log.append(&[
-        NewRecord::keyed("order-1", r#"{"total":42}"#),
-        NewRecord::keyed("order-2", r#"{"total":7}"#),
-    ])?;
-    let retry = log.append(&[NewRecord::keyed("order-2", r#"{"total":7}"#)])?;
-    println!("first append: {first:?}\nretried key:  {retry:?}");
-    assert_eq!(retry, AppendOutcome::Appended { offsets: vec![1] });
+    // Typed messages straight to one partition's actor.
+    let orders = log.partition_actor("orders", 0).await?;
+    let appended = orders
+        .send(Append {
+            records: vec![
+                NewRecord::keyed("order-1", r#"{"total":42}"#),
+                NewRecord::keyed("order-2", r#"{"total":7}"#),
+            ],
+        })
+        .await??;
+    println!("appended: {:?}", appended.outcome);
 
-    // Each consumer reads from its own position and commits forward.
-    let page = log.read(log.cursor("billing")?, Some(10)).await?;
+    // A retried key returns its original offset and writes nothing.
+    let retried = orders
+        .send(Append {
+            records: vec![NewRecord::keyed("order-2", r#"{"total":7}"#)],
+        })
+        .await??;
+    println!("retried:  {:?}", retried.outcome);
+
+    let page = orders
+        .send(Read {
+            from: Some(0),
+            limit: Some(10),
+        })
+        .await??;
     for record in &page.records {
         println!(
             "offset {} key {:?}: {}",
             record.offset, record.key, record.payload
         );
     }
-    log.commit("billing", page.next_offset)?;
-    println!("billing's backlog: {}", log.pending_deliveries()?);
+    let cursor = orders
+        .send(Commit {
+            group: "billing".into(),
+            offset: page.next_offset,
+        })
+        .await??;
+    println!("billing committed up to {cursor}");
+
+    // Keyed events: each goes to the partition its partition key picks.
+    let events = ["user-1", "user-2", "user-1"]
+        .into_iter()
+        .map(|user| Event {
+            partition_key: user.into(),
+            key: None,
+            payload: format!(r#"{{"user":"{user}"}}"#),
+        })
+        .collect();
+    if let EventsOutcome::Appended(placed) = log.append_events("clicks", events).await? {
+        println!("clicks landed at (partition, offset): {placed:?}");
+    }
+    log.shutdown().await?;
     Ok(())
 }

@@ -12,33 +12,53 @@
 //! ```
 //!
 //! In data-flow order:
-//! - [`http`]: the REST server's routes (today `GET /healthz`).
+//! - [`http`]: the REST server's routes; it talks only to [`Log`].
+//! - [`log`]: [`Log`], the cloneable handle: validates names, routes keyed events with the
+//!   partitioning function, and sends each operation to its partition's actor.
+//! - `registry` (internal): the `PartitionRegistry` actor, a supervisor that starts a
+//!   partition's actor on its first write, stops idle ones, wakes them when retention is due,
+//!   and restarts one whose store failed.
+//! - [`partition`]: [`PartitionActor`](partition::PartitionActor), one per partition on its own
+//!   thread, with one typed message per operation, group commit, and a retention timer.
 //! - [`store`]: [`LogStore`], every rule of one partition's log over one SQLite database:
 //!   append (with group commit), read (transparently from cold segments below the hot window),
-//!   commit, cursors, bounds, backlog, retention (`trim`) and `forget_cold_before`.
+//!   commit, cursors, bounds, backlog, retention (`trim`), `forget_cold_before`, and leases.
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
 //!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
-//! - [`names`]: which topic and group names are valid.
-//! - [`clock`]: time as a trait, so tests move it instead of sleeping.
-//! - [`config`]: the settings tree, loaded from the embedded `config/default.toml`, a file and
-//!   the environment, then validated.
-//! - [`error`]: the umbrella [`Error`] with stable [`Error::code`] strings.
+//! - [`routing`]: the FNV-1a partitioning function, shard names, and a client-side router.
+//! - [`load`]: load snapshots (appends in flight and completed, backlog).
+//! - [`names`], [`clock`], [`config`], [`error`]: naming rules, time, settings (the embedded
+//!   `config/default.toml` overlaid by a file and the environment) and the umbrella [`Error`]
+//!   with stable [`Error::code`] strings.
+//!
+//! # Runtime
+//!
+//! [`Log::open`] starts actors, so it must run inside an actix `System`
+//! (`#[actix::main]` or `#[actix_web::main]`). [`LogStore`] alone needs no runtime for
+//! appends and commits; its reads and trims are `async` because they may await the cold tier.
 //!
 //! # Quick start
 //!
 //! ```
-//! use durability::store::{AppendOutcome, LogStore, NewRecord, StoreOptions};
+//! use durability::store::{AppendOutcome, NewRecord};
+//! use durability::{Config, Log};
 //!
 //! # actix::System::new().block_on(async {
 //! let dir = tempfile::tempdir()?;
-//! let log = LogStore::open(dir.path().join("events-0.sqlite"), StoreOptions::default())?;
-//! let outcome = log.append(&[NewRecord::keyed("order-1", r#"{"total":42}"#)])?;
-//! assert_eq!(outcome, AppendOutcome::Appended { offsets: vec![0] });
+//! let mut config = Config::default();
+//! config.storage.data_dir = dir.path().join("data");
+//! config.cold.dir = dir.path().join("cold");
+//! let log = Log::open(config)?;
 //!
-//! let page = log.read(Some(0), None).await?;
+//! // A batch is atomic; a re-sent deduplication key returns the original offset.
+//! log.append("orders", 0, vec![NewRecord::keyed("order-1", r#"{"total":42}"#)]).await?;
+//! let retry = log.append("orders", 0, vec![NewRecord::keyed("order-1", r#"{"total":42}"#)]).await?;
+//! assert_eq!(retry.outcome, AppendOutcome::Appended { offsets: vec![0] });
+//!
+//! // Consumers read from their own cursor and commit forward.
+//! let page = log.read("orders", 0, log.cursor("orders", 0, "billing").await?, None).await?;
 //! assert_eq!(page.records[0].payload, r#"{"total":42}"#);
-//! log.commit("billing", page.next_offset)?;
-//! assert_eq!(log.pending_deliveries()?, 0);
+//! log.commit("orders", 0, "billing", page.next_offset).await?;
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! # }).unwrap();
 //! ```

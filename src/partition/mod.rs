@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message, Recipient, Supervised};
 
 pub use ack::Ack;
-pub use append::{Append, Appended};
+pub use append::{Append, Appended, Enqueue};
 pub use bounds::Bounds;
 pub use commit::Commit;
 pub use cursor::Cursor;
@@ -125,8 +125,10 @@ pub struct PartitionActor {
     /// `None` when reopening after a failure did not succeed: every operation is unavailable.
     store: Option<Arc<LogStore>>,
     load: Arc<LoadObserver>,
-    queued: Vec<append::Queued>,
+    queued: append::AppendQueue,
     flush_scheduled: bool,
+    last_batch: usize,
+    flush_started: Option<Instant>,
     draining: bool,
     last_activity: Instant,
     /// Asynchronous operations (reads, trims, leases) not finished yet.
@@ -149,8 +151,10 @@ impl PartitionActor {
                 setup,
                 store: Some(store),
                 load,
-                queued: Vec::new(),
+                queued: Default::default(),
                 flush_scheduled: false,
+                last_batch: 0,
+                flush_started: None,
                 draining: false,
                 last_activity: Instant::now(),
                 in_flight: Rc::new(Cell::new(0)),
@@ -202,7 +206,8 @@ impl PartitionActor {
     }
 
     fn check_idle(&mut self) {
-        let busy = !self.queued.is_empty() || self.flush_scheduled || self.in_flight.get() > 0;
+        let busy =
+            !self.queued.borrow().is_empty() || self.flush_scheduled || self.in_flight.get() > 0;
         if busy || self.draining || self.last_activity.elapsed() < self.setup.idle_stop {
             return;
         }
@@ -244,12 +249,11 @@ impl Actor for PartitionActor {
 impl Supervised for PartitionActor {
     /// A restart does not rebuild the actor: drop what the failed store left in memory and
     /// reopen the database.
-    fn restarting(&mut self, _ctx: &mut Self::Context) {
-        self.store = None;
-        self.flush_scheduled = false;
-        for queued in self.queued.drain(..) {
-            let _ = queued.reply.send(Err(Error::PartitionStopped));
-        }
+    fn restarting(&mut self, ctx: &mut Self::Context) {
+        // Queued batches were never committed: answer them (callers retry) before reopening.
+        let store = self.store.take();
+        self.flush(ctx);
+        drop(store);
         match LogStore::open(&self.setup.path, self.setup.options.clone()) {
             Ok(store) => self.store = Some(Arc::new(store)),
             Err(err) => log::error!(
@@ -264,9 +268,7 @@ impl Handler<Drain> for PartitionActor {
     type Result = ();
 
     fn handle(&mut self, _: Drain, ctx: &mut Self::Context) {
-        if !self.queued.is_empty() {
-            self.flush(ctx);
-        }
+        self.flush(ctx);
         self.draining = true;
     }
 }

@@ -338,3 +338,35 @@ async fn keyed_events_are_routed_and_validated_whole() {
     );
     assert_eq!(t.log.bounds("events", 3).await.unwrap().next_offset, 1);
 }
+
+/// A partition stopped for idleness is woken by itself when its oldest hot record becomes due
+/// for age retention, and trims it, although nobody touches it (and its sweep interval is
+/// far away).
+#[actix::test]
+async fn a_stopped_partition_wakes_when_retention_is_due() {
+    let t = TestLog::with(|config| {
+        config.partitions.idle_stop_ms = 30;
+        config.retention.max_age_ms = 600;
+        config.retention.sweep_interval_ms = 3_600_000;
+    });
+    t.log
+        .append("events", 0, vec![record("old")])
+        .await
+        .unwrap();
+    let stopped = eventually(Duration::from_secs(10), async || {
+        t.log.running_partitions().await.unwrap().is_empty()
+    })
+    .await;
+    assert!(stopped, "the idle partition stopped");
+    // Only `running_partitions` is asked from here on: it never starts a partition.
+    let woke = eventually(Duration::from_secs(10), async || {
+        !t.log.running_partitions().await.unwrap().is_empty()
+    })
+    .await;
+    assert!(woke, "the partition was woken for retention");
+    let trimmed = eventually(Duration::from_secs(10), async || {
+        t.log.bounds("events", 0).await.unwrap().hot_offset == 1
+    })
+    .await;
+    assert!(trimmed, "the due record was trimmed");
+}
