@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use actix::{
-    Actor, ActorFutureExt, Addr, Arbiter, AsyncContext, AtomicResponse, Context, Handler, Message,
+    Actor, ActorFutureExt, Addr, AsyncContext, AtomicResponse, Context, Handler, Message,
     WrapFuture,
 };
 
@@ -39,7 +39,6 @@ pub(crate) struct PartitionRegistry {
 
 struct Running {
     addr: Addr<PartitionActor>,
-    arbiter: Arbiter,
     generation: u64,
 }
 
@@ -117,13 +116,12 @@ impl PartitionRegistry {
             on_idle: Some(ctx.address().recipient()),
             generation: self.generations,
         };
-        let (addr, arbiter) = PartitionActor::start(setup)?;
+        let addr = PartitionActor::start(setup)?;
         log::debug!("partition {id} started");
         self.running.insert(
             id.clone(),
             Running {
                 addr: addr.clone(),
-                arbiter,
                 generation: self.generations,
             },
         );
@@ -223,7 +221,6 @@ impl Handler<PartitionIdle> for PartitionRegistry {
         AtomicResponse::new(Box::pin(
             async move {
                 let _ = running.addr.send(Drain).await;
-                running.arbiter.stop();
             }
             .into_actor(self)
             .map(move |(), _, _| log::debug!("partition {id} stopped after being idle")),
@@ -245,7 +242,6 @@ impl Handler<Shutdown> for PartitionRegistry {
             async move {
                 for running in running {
                     let _ = running.addr.send(Drain).await;
-                    running.arbiter.stop();
                 }
             }
             .into_actor(self),

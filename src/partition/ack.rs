@@ -1,6 +1,6 @@
 //! `Ack`: settle a leased range as processed.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -16,11 +16,11 @@ pub struct Ack {
 }
 
 impl Handler<Ack> for PartitionActor {
-    type Result = Result<Option<u64>, Error>;
+    type Result = ResponseFuture<Result<Option<u64>, Error>>;
 
     fn handle(&mut self, ack: Ack, ctx: &mut Context<Self>) -> Self::Result {
-        let result = self.store()?.ack(&ack.group, &ack.batch_id);
-        self.stop_if_poisoned(ctx);
-        Ok(result?)
+        self.on_writer(ctx, move |store| async move {
+            Ok(store.ack(&ack.group, &ack.batch_id)?)
+        })
     }
 }

@@ -10,13 +10,13 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use actix::dev::MessageResponse;
-use actix::{AsyncContext, Context, Handler, Message};
+use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use tokio::sync::oneshot;
 
 use super::PartitionActor;
 use crate::error::Error;
 use crate::load::{LoadSnapshot, Request};
-use crate::store::{AppendOutcome, NewRecord};
+use crate::store::{AppendOutcome, NewRecord, StoreError};
 
 /// Appends `records` to the partition as one atomic batch.
 #[derive(Message, Debug, Clone)]
@@ -73,11 +73,20 @@ impl MessageResponse<PartitionActor, Append> for Enqueue {
 #[rtype(result = "()")]
 struct Flush;
 
+impl Queued {
+    /// Answers a batch that will not be committed here (the caller retries).
+    pub(super) fn refuse(self) {
+        if let Some(reply) = self.reply {
+            let _ = reply.send(Err(Error::PartitionStopped));
+        }
+    }
+}
+
 impl Handler<Append> for PartitionActor {
     type Result = Enqueue;
 
     fn handle(&mut self, append: Append, ctx: &mut Context<Self>) -> Self::Result {
-        if let Err(err) = self.store() {
+        if let Err(err) = self.store(ctx) {
             return Enqueue(Err(err));
         }
         if !self.flush_scheduled {
@@ -97,71 +106,85 @@ impl Handler<Flush> for PartitionActor {
     type Result = ();
 
     fn handle(&mut self, _: Flush, ctx: &mut Context<Self>) {
-        let waiting = self.queued.borrow().len();
-        let first_try = *self
-            .flush_started
-            .get_or_insert_with(std::time::Instant::now);
-        if waiting < self.last_batch && first_try.elapsed() < std::time::Duration::from_micros(100)
-        {
-            ctx.notify(Flush);
-            return;
-        }
-        self.flush_started = None;
-        self.last_batch = waiting;
         self.flush(ctx);
     }
 }
 
 impl PartitionActor {
-    /// Commits the queued batches together and answers each caller.
+    /// Starts a group commit of everything queued on the writer thread, unless one is
+    /// running: then its completion starts the next one, so commits follow each other
+    /// without a gap while appends keep queueing.
     pub(super) fn flush(&mut self, ctx: &mut Context<Self>) {
         self.flush_scheduled = false;
-        let queued = std::mem::take(&mut *self.queued.borrow_mut());
-        if queued.is_empty() {
+        if self.committing || self.queued.borrow().is_empty() {
             return;
         }
-        let answers = match self.store.clone() {
-            None => Err(Error::PartitionStopped),
-            Some(store) => {
-                let batches: Vec<&[NewRecord]> = queued
-                    .iter()
-                    .map(|batch| batch.records.as_slice())
-                    .collect();
-                self.stats.appends += queued.len() as u64;
-                store
-                    .append_batches(&batches)
-                    .map_err(Error::from)
-                    .map(|outcomes| {
-                        if outcomes
-                            .iter()
-                            .any(|outcome| matches!(outcome, AppendOutcome::Appended { .. }))
-                        {
-                            self.stats.commits += 1;
-                        }
-                        (outcomes, store.pending_deliveries().unwrap_or(0))
-                    })
-            }
+        let queued = std::mem::take(&mut *self.queued.borrow_mut());
+        let Some(store) = self.store.clone() else {
+            queued.into_iter().for_each(Queued::refuse);
+            return;
         };
-        match answers {
+        self.committing = true;
+        let (replies, batches): (Vec<_>, Vec<_>) = queued
+            .into_iter()
+            .map(|queued| ((queued.request, queued.reply), queued.records))
+            .unzip();
+        let (answer, answered) = oneshot::channel();
+        self.writer.spawn(async move {
+            let result = store
+                .append_batches(&batches)
+                .map(|outcomes| (outcomes, store.pending_deliveries().unwrap_or(0)));
+            let _ = answer.send(result);
+        });
+        let id = self.setup.id.clone();
+        ctx.spawn(
+            async move { answered.await.unwrap_or(Err(StoreError::Poisoned)) }
+                .into_actor(self)
+                .map(move |result, act, ctx| {
+                    act.committing = false;
+                    act.answer(&id, replies, result);
+                    act.flush(ctx);
+                    act.notify_drained();
+                }),
+        );
+    }
+
+    /// Answers each caller of a group commit.
+    fn answer(
+        &mut self,
+        id: &crate::names::PartitionId,
+        replies: Vec<(Request, Option<Reply>)>,
+        result: Result<(Vec<AppendOutcome>, u64), StoreError>,
+    ) {
+        self.stats.appends += replies.len() as u64;
+        match result {
             Ok((outcomes, pending)) => {
+                if outcomes
+                    .iter()
+                    .any(|outcome| matches!(outcome, AppendOutcome::Appended { .. }))
+                {
+                    self.stats.commits += 1;
+                }
                 // One snapshot for the group, taken while all of its appends are in flight.
                 let load = self.load.snapshot(pending);
-                for (batch, outcome) in queued.into_iter().zip(outcomes) {
-                    self.load.finish(&batch.request);
-                    let load = load.clone();
-                    if let Some(reply) = batch.reply {
-                        let _ = reply.send(Ok(Appended { outcome, load }));
+                for ((request, reply), outcome) in replies.into_iter().zip(outcomes) {
+                    self.load.finish(&request);
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Ok(Appended {
+                            outcome,
+                            load: load.clone(),
+                        }));
                     }
                 }
             }
             Err(err) => {
-                for batch in queued {
-                    self.load.finish(&batch.request);
-                    if let Some(reply) = batch.reply {
-                        let _ = reply.send(Err(err.for_another_caller(&self.setup.id)));
+                let err = Error::from(err);
+                for (request, reply) in replies {
+                    self.load.finish(&request);
+                    if let Some(reply) = reply {
+                        let _ = reply.send(Err(err.for_another_caller(id)));
                     }
                 }
-                self.stop_if_poisoned(ctx);
             }
         }
     }

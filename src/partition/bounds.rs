@@ -1,6 +1,6 @@
 //! `Bounds`: which offsets the partition can serve.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -12,9 +12,9 @@ use crate::store;
 pub struct Bounds;
 
 impl Handler<Bounds> for PartitionActor {
-    type Result = Result<store::Bounds, Error>;
+    type Result = ResponseFuture<Result<store::Bounds, Error>>;
 
-    fn handle(&mut self, _: Bounds, _: &mut Context<Self>) -> Self::Result {
-        Ok(self.store()?.bounds()?)
+    fn handle(&mut self, _: Bounds, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_writer(ctx, |store| async move { Ok(store.bounds()?) })
     }
 }

@@ -1,6 +1,6 @@
 //! `Commit`: move a group's cursor forward.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -17,11 +17,11 @@ pub struct Commit {
 }
 
 impl Handler<Commit> for PartitionActor {
-    type Result = Result<u64, Error>;
+    type Result = ResponseFuture<Result<u64, Error>>;
 
     fn handle(&mut self, commit: Commit, ctx: &mut Context<Self>) -> Self::Result {
-        let result = self.store()?.commit(&commit.group, commit.offset);
-        self.stop_if_poisoned(ctx);
-        Ok(result?)
+        self.on_writer(ctx, move |store| async move {
+            Ok(store.commit(&commit.group, commit.offset)?)
+        })
     }
 }

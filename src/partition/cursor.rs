@@ -1,6 +1,6 @@
 //! `Cursor`: one group's committed position.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -14,9 +14,12 @@ pub struct Cursor {
 }
 
 impl Handler<Cursor> for PartitionActor {
-    type Result = Result<Option<u64>, Error>;
+    type Result = ResponseFuture<Result<Option<u64>, Error>>;
 
-    fn handle(&mut self, cursor: Cursor, _: &mut Context<Self>) -> Self::Result {
-        Ok(self.store()?.cursor(&cursor.group)?)
+    fn handle(&mut self, cursor: Cursor, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_writer(
+            ctx,
+            move |store| async move { Ok(store.cursor(&cursor.group)?) },
+        )
     }
 }

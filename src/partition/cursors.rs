@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -13,9 +13,9 @@ use crate::error::Error;
 pub struct Cursors;
 
 impl Handler<Cursors> for PartitionActor {
-    type Result = Result<BTreeMap<String, u64>, Error>;
+    type Result = ResponseFuture<Result<BTreeMap<String, u64>, Error>>;
 
-    fn handle(&mut self, _: Cursors, _: &mut Context<Self>) -> Self::Result {
-        Ok(self.store()?.cursors()?)
+    fn handle(&mut self, _: Cursors, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_writer(ctx, |store| async move { Ok(store.cursors()?) })
     }
 }

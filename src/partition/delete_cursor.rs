@@ -1,6 +1,6 @@
 //! `DeleteCursor`: forget a group's position and leases.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -15,11 +15,11 @@ pub struct DeleteCursor {
 }
 
 impl Handler<DeleteCursor> for PartitionActor {
-    type Result = Result<bool, Error>;
+    type Result = ResponseFuture<Result<bool, Error>>;
 
     fn handle(&mut self, delete: DeleteCursor, ctx: &mut Context<Self>) -> Self::Result {
-        let result = self.store()?.delete_cursor(&delete.group);
-        self.stop_if_poisoned(ctx);
-        Ok(result?)
+        self.on_writer(ctx, move |store| async move {
+            Ok(store.delete_cursor(&delete.group)?)
+        })
     }
 }

@@ -1,6 +1,6 @@
 //! `Extend`: renew a lease's hold.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -16,11 +16,11 @@ pub struct Extend {
 }
 
 impl Handler<Extend> for PartitionActor {
-    type Result = Result<i64, Error>;
+    type Result = ResponseFuture<Result<i64, Error>>;
 
     fn handle(&mut self, extend: Extend, ctx: &mut Context<Self>) -> Self::Result {
-        let result = self.store()?.extend(&extend.group, &extend.batch_id);
-        self.stop_if_poisoned(ctx);
-        Ok(result?)
+        self.on_writer(ctx, move |store| async move {
+            Ok(store.extend(&extend.group, &extend.batch_id)?)
+        })
     }
 }

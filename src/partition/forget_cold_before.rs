@@ -1,6 +1,6 @@
 //! `ForgetColdBefore`: drop cold segments from the index.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -14,11 +14,11 @@ pub struct ForgetColdBefore {
 }
 
 impl Handler<ForgetColdBefore> for PartitionActor {
-    type Result = Result<u64, Error>;
+    type Result = ResponseFuture<Result<u64, Error>>;
 
     fn handle(&mut self, forget: ForgetColdBefore, ctx: &mut Context<Self>) -> Self::Result {
-        let result = self.store()?.forget_cold_before(forget.before);
-        self.stop_if_poisoned(ctx);
-        Ok(result?)
+        self.on_writer(ctx, move |store| async move {
+            Ok(store.forget_cold_before(forget.before)?)
+        })
     }
 }

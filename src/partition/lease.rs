@@ -23,24 +23,18 @@ pub struct Lease {
 impl Handler<Lease> for PartitionActor {
     type Result = ResponseFuture<Result<Option<store::Lease>, Error>>;
 
-    fn handle(&mut self, lease: Lease, _: &mut Context<Self>) -> Self::Result {
-        let store = self.store();
-        let in_flight = self.begin_async();
+    fn handle(&mut self, lease: Lease, ctx: &mut Context<Self>) -> Self::Result {
         let dead_letter = self.setup.dead_letter.clone();
         let id = self.setup.id.clone();
-        Box::pin(async move {
-            let _in_flight = in_flight;
-            let store = store?;
+        self.on_writer(ctx, move |store| async move {
             match store.lease(&lease.group, lease.limit).await? {
                 LeaseOutcome::Leased(leased) => Ok(Some(leased)),
                 LeaseOutcome::Idle => Ok(None),
                 LeaseOutcome::Exhausted(exhausted) => {
                     // The store hands out exhausted ranges only when a destination exists.
-                    let dead_letter = dead_letter.as_ref().map(Arc::as_ref).ok_or_else(|| {
-                        Error::Unavailable {
-                            partition: id.to_string(),
-                            reason: "no dead-letter destination".into(),
-                        }
+                    let dead_letter = dead_letter.as_ref().map(Arc::as_ref).ok_or_else(|| Error::Unavailable {
+                        partition: id.to_string(),
+                        reason: "no dead-letter destination".into(),
                     })?;
                     // Copied first, then skipped: a failure here leaves the range held, and it
                     // is retried when the hold expires (the keys make the copy idempotent).

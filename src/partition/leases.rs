@@ -1,6 +1,6 @@
 //! `Leases`: a group's lease rows.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -15,9 +15,12 @@ pub struct Leases {
 }
 
 impl Handler<Leases> for PartitionActor {
-    type Result = Result<Vec<LeaseRow>, Error>;
+    type Result = ResponseFuture<Result<Vec<LeaseRow>, Error>>;
 
-    fn handle(&mut self, leases: Leases, _: &mut Context<Self>) -> Self::Result {
-        Ok(self.store()?.leases(&leases.group)?)
+    fn handle(&mut self, leases: Leases, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_writer(
+            ctx,
+            move |store| async move { Ok(store.leases(&leases.group)?) },
+        )
     }
 }

@@ -1,6 +1,6 @@
 //! `Load`: the partition's load snapshot.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -13,10 +13,12 @@ use crate::load::LoadSnapshot;
 pub struct Load;
 
 impl Handler<Load> for PartitionActor {
-    type Result = Result<LoadSnapshot, Error>;
+    type Result = ResponseFuture<Result<LoadSnapshot, Error>>;
 
-    fn handle(&mut self, _: Load, _: &mut Context<Self>) -> Self::Result {
-        let pending = self.store()?.pending_deliveries()?;
-        Ok(self.load.snapshot(pending))
+    fn handle(&mut self, _: Load, ctx: &mut Context<Self>) -> Self::Result {
+        let load = self.load.clone();
+        self.on_writer(ctx, move |store| async move {
+            Ok(load.snapshot(store.pending_deliveries()?))
+        })
     }
 }

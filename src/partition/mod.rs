@@ -1,13 +1,14 @@
 //! `PartitionActor`: one actor per partition, the single writer of its SQLite database.
 //!
 //! Each operation is a typed [`Message`](actix::Message) in its own file with its handler. The
-//! actor runs on its own [`Arbiter`](actix::Arbiter) (a dedicated thread), so blocking SQLite
-//! work never stalls another partition. Appends that arrive while a commit runs are committed
-//! together in the next transaction (group commit, see [`append`]). A timer only enqueues
-//! [`RunRetention`]; the handler trims, and cold-store I/O is awaited without blocking the
-//! actor's other messages. A partition idle for `idle_stop` tells the registry, which drains
-//! and stops it; a partition whose store failed a commit stops itself and its supervisor
-//! restarts it, reopening the database.
+//! actor lives on the arbiter that started the log (message passing with producers on that
+//! event loop costs no thread switch), and every piece of SQLite or cold-store work runs on
+//! the partition's own writer thread (an [`Arbiter`](actix::Arbiter)), so a blocking fsync
+//! never stalls the event loop or another partition. Appends that arrive while a commit runs
+//! are committed together in the next transaction (group commit, see [`append`]). A timer only
+//! enqueues [`RunRetention`]; the handler trims on the writer thread. A partition idle for
+//! `idle_stop` tells the registry, which drains it; a partition whose store failed a commit
+//! stops at its next message and its supervisor restarts it, reopening the database.
 
 mod ack;
 mod append;
@@ -33,7 +34,11 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, ActorContext, AsyncContext, Context, Handler, Message, Recipient, Supervised};
+use actix::{
+    Actor, ActorContext, ActorFutureExt, AsyncContext, Context, Handler, Message, Recipient,
+    ResponseActFuture, ResponseFuture, SpawnHandle, Supervised, WrapFuture,
+};
+use tokio::sync::oneshot;
 
 pub use ack::Ack;
 pub use append::{Append, Appended, Enqueue};
@@ -124,12 +129,17 @@ pub struct PartitionActor {
     setup: PartitionSetup,
     /// `None` when reopening after a failure did not succeed: every operation is unavailable.
     store: Option<Arc<LogStore>>,
+    /// The thread that does this partition's blocking work.
+    writer: actix::Arbiter,
     load: Arc<LoadObserver>,
     queued: append::AppendQueue,
     flush_scheduled: bool,
-    last_batch: usize,
-    flush_started: Option<Instant>,
+    /// A group commit is running on the writer thread.
+    committing: bool,
     draining: bool,
+    /// Told when a drain finished: nothing queued, nothing committing.
+    drained: Vec<oneshot::Sender<()>>,
+    timers: Vec<SpawnHandle>,
     last_activity: Instant,
     /// Asynchronous operations (reads, trims, leases) not finished yet.
     in_flight: Rc<Cell<usize>>,
@@ -137,42 +147,78 @@ pub struct PartitionActor {
 }
 
 impl PartitionActor {
-    /// Opens the store and starts the actor on a new arbiter, under a supervisor.
-    pub(crate) fn start(
-        setup: PartitionSetup,
-    ) -> Result<(actix::Addr<Self>, actix::Arbiter), Error> {
+    /// Opens the store and starts the actor on the current arbiter, under a supervisor, with
+    /// a new writer thread.
+    pub(crate) fn start(setup: PartitionSetup) -> Result<actix::Addr<Self>, Error> {
         let store = Arc::new(LogStore::open(&setup.path, setup.options.clone())?);
-        let arbiter = actix::Arbiter::new();
-        let addr = actix::Supervisor::start_in_arbiter(&arbiter.handle(), move |ctx| {
+        Ok(actix::Supervisor::start(move |ctx: &mut Context<Self>| {
             // Producers wait for their answers, so this bounds memory, not throughput.
             ctx.set_mailbox_capacity(1024);
             let load = Arc::new(LoadObserver::new(setup.options.clock.clone()));
             Self {
                 setup,
                 store: Some(store),
+                writer: actix::Arbiter::new(),
                 load,
                 queued: Default::default(),
                 flush_scheduled: false,
-                last_batch: 0,
-                flush_started: None,
+                committing: false,
                 draining: false,
+                drained: Vec::new(),
+                timers: Vec::new(),
                 last_activity: Instant::now(),
                 in_flight: Rc::new(Cell::new(0)),
                 stats: PartitionStats::default(),
             }
-        });
-        Ok((addr, arbiter))
+        }))
     }
 
-    /// The store, for a handler about to use it; also marks the partition as active.
-    fn store(&mut self) -> Result<Arc<LogStore>, Error> {
+    /// The store, for a handler about to use it; also marks the partition as active. A store
+    /// poisoned by a failed commit stops the actor here, so that its supervisor restarts it
+    /// and reopens the database; the caller is told to retry.
+    fn store(&mut self, ctx: &mut Context<Self>) -> Result<Arc<LogStore>, Error> {
         self.last_activity = Instant::now();
         if self.draining {
             return Err(Error::PartitionStopped);
         }
-        self.store.clone().ok_or_else(|| Error::Unavailable {
+        let store = self.store.clone().ok_or_else(|| Error::Unavailable {
             partition: self.setup.id.to_string(),
             reason: "the database could not be reopened".into(),
+        })?;
+        if store.is_poisoned() {
+            log::error!(
+                "partition {}: restarting after a failed commit",
+                self.setup.id
+            );
+            ctx.stop();
+            return Err(Error::PartitionStopped);
+        }
+        Ok(store)
+    }
+
+    /// Runs `work` with the store on the writer thread; the answer comes back to the caller.
+    fn on_writer<T, F>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        work: impl FnOnce(Arc<LogStore>) -> F,
+    ) -> ResponseFuture<Result<T, Error>>
+    where
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let store = match self.store(ctx) {
+            Ok(store) => store,
+            Err(err) => return Box::pin(async move { Err(err) }),
+        };
+        let in_flight = self.begin_async();
+        let (answer, answered) = oneshot::channel();
+        let work = work(store);
+        self.writer.spawn(async move {
+            let _ = answer.send(work.await);
+        });
+        Box::pin(async move {
+            let _in_flight = in_flight;
+            answered.await.unwrap_or(Err(Error::PartitionStopped))
         })
     }
 
@@ -180,18 +226,6 @@ impl PartitionActor {
     fn begin_async(&self) -> InFlight {
         self.in_flight.set(self.in_flight.get() + 1);
         InFlight(self.in_flight.clone())
-    }
-
-    /// A storage failure poisoned the store: stop, so the supervisor restarts the actor and
-    /// `restarting` reopens the database.
-    fn stop_if_poisoned(&self, ctx: &mut Context<Self>) {
-        if self.store.as_ref().is_some_and(|store| store.is_poisoned()) {
-            log::error!(
-                "partition {}: restarting after a failed commit",
-                self.setup.id
-            );
-            ctx.stop();
-        }
     }
 
     fn schedule_retention(&self, ctx: &mut Context<Self>) {
@@ -241,19 +275,28 @@ impl Actor for PartitionActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Self::Context) {
-        self.schedule_retention(ctx);
-        self.schedule_idle_check(ctx);
+        if !self.draining {
+            self.schedule_retention(ctx);
+            self.schedule_idle_check(ctx);
+        }
     }
 }
 
 impl Supervised for PartitionActor {
-    /// A restart does not rebuild the actor: drop what the failed store left in memory and
-    /// reopen the database.
-    fn restarting(&mut self, ctx: &mut Self::Context) {
-        // Queued batches were never committed: answer them (callers retry) before reopening.
-        let store = self.store.take();
-        self.flush(ctx);
-        drop(store);
+    /// A restart does not rebuild the actor: answer what the failed store left queued (the
+    /// callers retry) and reopen the database. A drained partition stays closed: it only
+    /// answers "stopped" until its last address is dropped.
+    fn restarting(&mut self, _: &mut Self::Context) {
+        self.timers.clear();
+        self.flush_scheduled = false;
+        self.committing = false;
+        for queued in self.queued.borrow_mut().drain(..) {
+            queued.refuse();
+        }
+        if self.draining {
+            return;
+        }
+        self.store = None;
         match LogStore::open(&self.setup.path, self.setup.options.clone()) {
             Ok(store) => self.store = Some(Arc::new(store)),
             Err(err) => log::error!(
@@ -265,19 +308,49 @@ impl Supervised for PartitionActor {
 }
 
 impl Handler<Drain> for PartitionActor {
-    type Result = ();
+    /// Answers once the queued appends are committed; from then on every message is refused
+    /// with [`Error::PartitionStopped`], the timers are off, the writer thread is stopped and
+    /// the database is closed.
+    type Result = ResponseActFuture<Self, ()>;
 
-    fn handle(&mut self, _: Drain, ctx: &mut Self::Context) {
-        self.flush(ctx);
+    fn handle(&mut self, _: Drain, ctx: &mut Self::Context) -> Self::Result {
         self.draining = true;
+        for timer in self.timers.drain(..) {
+            ctx.cancel_future(timer);
+        }
+        self.flush(ctx);
+        let (done, drained) = oneshot::channel();
+        self.drained.push(done);
+        self.notify_drained();
+        Box::pin(
+            async move {
+                let _ = drained.await;
+            }
+            .into_actor(self)
+            .map(|(), act, _| {
+                act.writer.stop();
+                act.store = None;
+            }),
+        )
+    }
+}
+
+impl PartitionActor {
+    /// Completes pending drains once nothing is queued or committing.
+    fn notify_drained(&mut self) {
+        if self.draining && !self.committing && self.queued.borrow().is_empty() {
+            for done in self.drained.drain(..) {
+                let _ = done.send(());
+            }
+        }
     }
 }
 
 impl Handler<Stats> for PartitionActor {
     type Result = Result<PartitionStats, Error>;
 
-    fn handle(&mut self, _: Stats, _: &mut Self::Context) -> Self::Result {
-        self.store()?;
+    fn handle(&mut self, _: Stats, ctx: &mut Self::Context) -> Self::Result {
+        self.store(ctx)?;
         Ok(self.stats)
     }
 }
@@ -286,8 +359,8 @@ impl Handler<Stats> for PartitionActor {
 impl Handler<FailNextCommit> for PartitionActor {
     type Result = Result<(), Error>;
 
-    fn handle(&mut self, _: FailNextCommit, _: &mut Self::Context) -> Self::Result {
-        self.store()?.fail_next_commit();
+    fn handle(&mut self, _: FailNextCommit, ctx: &mut Self::Context) -> Self::Result {
+        self.store(ctx)?.fail_next_commit();
         Ok(())
     }
 }

@@ -1,6 +1,6 @@
 //! `Nack`: hand a leased range back for redelivery.
 
-use actix::{Context, Handler, Message};
+use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
@@ -18,13 +18,11 @@ pub struct Nack {
 }
 
 impl Handler<Nack> for PartitionActor {
-    type Result = Result<(), Error>;
+    type Result = ResponseFuture<Result<(), Error>>;
 
     fn handle(&mut self, nack: Nack, ctx: &mut Context<Self>) -> Self::Result {
-        let result = self
-            .store()?
-            .nack(&nack.group, &nack.batch_id, nack.delay_ms);
-        self.stop_if_poisoned(ctx);
-        Ok(result?)
+        self.on_writer(ctx, move |store| async move {
+            Ok(store.nack(&nack.group, &nack.batch_id, nack.delay_ms)?)
+        })
     }
 }

@@ -19,12 +19,9 @@ pub struct Read {
 impl Handler<Read> for PartitionActor {
     type Result = ResponseFuture<Result<Page, Error>>;
 
-    fn handle(&mut self, read: Read, _: &mut Context<Self>) -> Self::Result {
-        let store = self.store();
-        let in_flight = self.begin_async();
-        Box::pin(async move {
-            let _in_flight = in_flight;
-            Ok(store?.read(read.from, read.limit).await?)
+    fn handle(&mut self, read: Read, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_writer(ctx, move |store| async move {
+            Ok(store.read(read.from, read.limit).await?)
         })
     }
 }

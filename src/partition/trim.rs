@@ -18,30 +18,24 @@ pub struct RunRetention;
 impl Handler<Trim> for PartitionActor {
     type Result = ResponseFuture<Result<u64, Error>>;
 
-    fn handle(&mut self, _: Trim, _: &mut Context<Self>) -> Self::Result {
-        let store = self.store();
-        let in_flight = self.begin_async();
-        // Cold-store I/O is awaited here while the actor keeps serving other messages; the
-        // store deletes hot rows only after their segment is stored.
-        Box::pin(async move {
-            let _in_flight = in_flight;
-            Ok(store?.trim().await?)
-        })
+    /// Trims on the writer thread; the store deletes hot rows only after their segment is
+    /// stored in the cold tier.
+    fn handle(&mut self, _: Trim, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_writer(ctx, |store| async move { Ok(store.trim().await?) })
     }
 }
 
 impl Handler<RunRetention> for PartitionActor {
     type Result = ResponseFuture<()>;
 
-    fn handle(&mut self, _: RunRetention, _: &mut Context<Self>) -> Self::Result {
-        let Some(store) = self.store.clone() else {
-            return Box::pin(async {});
-        };
-        let in_flight = self.begin_async();
+    fn handle(&mut self, _: RunRetention, ctx: &mut Context<Self>) -> Self::Result {
+        // The timer's work is not the activity that keeps a partition from idling.
+        let last_activity = self.last_activity;
+        let trimmed = self.on_writer(ctx, |store| async move { Ok(store.trim().await?) });
+        self.last_activity = last_activity;
         let id = self.setup.id.clone();
         Box::pin(async move {
-            let _in_flight = in_flight;
-            match store.trim().await {
+            match trimmed.await {
                 Ok(0) => {}
                 Ok(removed) => log::debug!("partition {id}: retention removed {removed} records"),
                 Err(err) => log::warn!("partition {id}: retention failed, will retry: {err}"),

@@ -400,8 +400,15 @@ fn claim(
     now: i64,
 ) -> Result<Claim, StoreError> {
     let oldest = bounds_in(tx)?.oldest_offset;
-    let new_batch_id = || uuid::Uuid::new_v4().to_string();
     let expires_at = now.saturating_add(options.lease_ms as i64);
+
+    // 0. Records the group never settled that retention removed: reported once, all at once.
+    if let Some(requested_offset) = drop_lost(tx, group, oldest, now)? {
+        return Ok(Claim::Truncated {
+            requested_offset,
+            oldest_offset: oldest,
+        });
+    }
 
     // 1. Redeliver the lowest due range.
     let due: Option<(u64, u64, u32)> = tx
@@ -415,9 +422,6 @@ fn claim(
         })
         .optional()?;
     if let Some((first, last, attempt)) = due {
-        if first < oldest {
-            return lose_head_of_range(tx, group, first, last, oldest, now);
-        }
         let (batch_id, attempt) = (new_batch_id(), attempt + 1);
         tx.prepare_cached(
             "UPDATE leases SET batch_id = ?1, state = 'active', attempt = ?2, expires_at = ?3
@@ -446,38 +450,9 @@ fn claim(
         return Ok(Claim::Idle);
     }
 
-    // 3. A fresh range after everything handed out (or committed) so far.
-    let cursor = cursor_of(tx, group)?;
-    let allocation: Option<u64> = tx
-        .prepare_cached("SELECT allocated_offset FROM allocations WHERE consumer = ?1")?
-        .query_row([group], |row| row.get(0))
-        .optional()?;
-    let start = match (allocation, cursor) {
-        (Some(allocation), cursor) => allocation.max(cursor.unwrap_or(0)),
-        (None, Some(cursor)) => cursor,
-        // A group that never leased or committed starts at the oldest readable offset.
-        (None, None) => oldest,
-    };
-    if start < oldest {
-        // Retention removed records before the group ever got them.
-        insert_range(
-            tx,
-            group,
-            start,
-            oldest - 1,
-            &new_batch_id(),
-            "skipped",
-            0,
-            now,
-            now,
-        )?;
-        set_allocation(tx, group, oldest)?;
-        advance(tx, group, now)?;
-        return Ok(Claim::Truncated {
-            requested_offset: start,
-            oldest_offset: oldest,
-        });
-    }
+    // 3. A fresh range after everything handed out or committed so far; a group that never
+    //    leased or committed starts at the oldest readable offset.
+    let start = unleased_start(tx, group)?.unwrap_or(oldest).max(oldest);
     if start >= tail.next_offset {
         return Ok(Claim::Idle);
     }
@@ -497,50 +472,87 @@ fn claim(
     })
 }
 
-/// A due range whose head retention removed: the lost part is skipped (and reported), the
-/// readable rest stays due for redelivery.
-fn lose_head_of_range(
+fn new_batch_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// Where `group`'s unleased offsets begin: past its allocation and its cursor, or `None` for a
+/// group that never leased or committed.
+fn unleased_start(tx: &Transaction<'_>, group: &str) -> Result<Option<u64>, StoreError> {
+    let allocation: Option<u64> = tx
+        .prepare_cached("SELECT allocated_offset FROM allocations WHERE consumer = ?1")?
+        .query_row([group], |row| row.get(0))
+        .optional()?;
+    let cursor = cursor_of(tx, group)?;
+    Ok(match (allocation, cursor) {
+        (Some(allocation), cursor) => Some(allocation.max(cursor.unwrap_or(0))),
+        (None, cursor) => cursor,
+    })
+}
+
+/// Marks skipped every offset below `oldest` that `group` still owed and that nobody holds:
+/// the lost part of every range awaiting redelivery (its readable rest stays due), and the
+/// never-leased offsets between its allocation and `oldest`. Then commits over them. Returns
+/// the first lost offset, or `None` when nothing was lost. A range still held by a worker is
+/// left alone: the worker has its records and settles it.
+fn drop_lost(
     tx: &Transaction<'_>,
     group: &str,
-    first: u64,
-    last: u64,
     oldest: u64,
     now: i64,
-) -> Result<Claim, StoreError> {
-    let lost_last = last.min(oldest - 1);
-    let attempt: u32 = tx
+) -> Result<Option<u64>, StoreError> {
+    let mut first_lost: Option<u64> = None;
+    let waiting: Vec<(u64, u64, u32)> = tx
         .prepare_cached(
-            "UPDATE leases SET state = 'skipped', last_offset = ?1, batch_id = ?2, expires_at = ?3
-             WHERE consumer = ?4 AND first_offset = ?5 RETURNING attempt",
+            "SELECT first_offset, last_offset, attempt FROM leases
+             WHERE consumer = ?1 AND first_offset < ?2
+               AND (state = 'pending' OR (state = 'active' AND expires_at <= ?3))",
         )?
-        .query_row(
-            params![
-                lost_last,
-                uuid::Uuid::new_v4().to_string(),
-                now,
+        .query_map(params![group, oldest, now], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })?
+        .collect::<Result<_, _>>()?;
+    for (first, last, attempt) in waiting {
+        let lost_last = last.min(oldest - 1);
+        tx.prepare_cached(
+            "UPDATE leases SET state = 'skipped', last_offset = ?1, batch_id = ?2, expires_at = ?3
+             WHERE consumer = ?4 AND first_offset = ?5",
+        )?
+        .execute(params![lost_last, new_batch_id(), now, group, first])?;
+        if lost_last < last {
+            insert_range(
+                tx,
                 group,
-                first
-            ],
-            |row| row.get(0),
-        )?;
-    if lost_last < last {
+                oldest,
+                last,
+                &new_batch_id(),
+                "pending",
+                attempt,
+                now,
+                now,
+            )?;
+        }
+        first_lost = Some(first_lost.map_or(first, |lost| lost.min(first)));
+    }
+    if let Some(start) = unleased_start(tx, group)?.filter(|start| *start < oldest) {
         insert_range(
             tx,
             group,
-            oldest,
-            last,
-            &uuid::Uuid::new_v4().to_string(),
-            "pending",
-            attempt,
+            start,
+            oldest - 1,
+            &new_batch_id(),
+            "skipped",
+            0,
             now,
             now,
         )?;
+        set_allocation(tx, group, oldest)?;
+        first_lost = Some(first_lost.map_or(start, |lost| lost.min(start)));
     }
-    advance(tx, group, now)?;
-    Ok(Claim::Truncated {
-        requested_offset: first,
-        oldest_offset: oldest,
-    })
+    if first_lost.is_some() {
+        advance(tx, group, now)?;
+    }
+    Ok(first_lost)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -4,6 +4,7 @@ mod actors;
 mod cold;
 mod common;
 mod config;
+mod leases;
 mod retention;
 mod server;
 mod store;
