@@ -370,3 +370,62 @@ async fn a_stopped_partition_wakes_when_retention_is_due() {
     .await;
     assert!(trimmed, "the due record was trimmed");
 }
+
+/// A range past `max_attempts` goes to the dead-letter topic (same payload, key
+/// `{topic}:{partition}:{offset}`, routed by that key), is skipped, and the group moves on;
+/// the lease call that sent it answers `None`.
+#[actix::test]
+async fn exhausted_ranges_go_to_the_dead_letter_topic() {
+    let t = TestLog::with(|config| {
+        config.leases.max_attempts = 1;
+        config.leases.dead_letter_topic = "dead-letters".into();
+    });
+    t.log
+        .append("jobs", 0, vec![record("poison"), record("fine")])
+        .await
+        .unwrap();
+    let first = t
+        .log
+        .lease("jobs", 0, "workers", Some(1))
+        .await
+        .unwrap()
+        .unwrap();
+    t.log
+        .nack("jobs", 0, "workers", &first.batch_id, 0)
+        .await
+        .unwrap();
+    assert!(
+        t.log
+            .lease("jobs", 0, "workers", Some(1))
+            .await
+            .unwrap()
+            .is_none(),
+        "sent to the dead letters"
+    );
+
+    let key = "jobs:0:0";
+    let partition = durability::routing::partition_for(key, 8);
+    let page = t
+        .log
+        .read("dead-letters", partition, Some(0), None)
+        .await
+        .unwrap();
+    assert_eq!(page.records.len(), 1);
+    assert_eq!(page.records[0].key.as_deref(), Some(key));
+    assert_eq!(page.records[0].payload, "\"poison\"");
+
+    let next = t
+        .log
+        .lease("jobs", 0, "workers", Some(1))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.first_offset, 1);
+    assert_eq!(
+        t.log
+            .ack("jobs", 0, "workers", &next.batch_id)
+            .await
+            .unwrap(),
+        Some(2)
+    );
+}
