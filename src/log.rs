@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use actix::{Actor, Addr, AsyncContext, MailboxError, Message};
 
@@ -20,7 +21,7 @@ use crate::load::{LoadObserver, LoadSnapshot};
 use crate::names::{PartitionId, validate_group};
 use crate::partition::{self, Appended, DeadLetter, PartitionActor, PartitionStats};
 use crate::registry::{
-    DeadLetterFor, Locate, PartitionRegistry, RunningPartitions, Shutdown, WrittenTopics,
+    DeadLetterFor, Locate, PartitionRegistry, RunningPartitions, Shutdown, Signals, WrittenTopics,
 };
 use crate::routing::partition_for;
 use crate::store::{
@@ -115,6 +116,7 @@ impl LogBuilder {
         };
         let clock = self.clock;
         let custom = self.dead_letter;
+        let signals = Arc::new(Signals::default());
         // The registry's dead-letter sinks append through a `Log` on the registry's own address.
         let registry = PartitionRegistry::create(|ctx| {
             let log = Log {
@@ -122,6 +124,7 @@ impl LogBuilder {
                     config: config.clone(),
                     registry: ctx.address(),
                     clock: clock.clone(),
+                    signals: signals.clone(),
                 }),
             };
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
@@ -136,13 +139,20 @@ impl LogBuilder {
                     })
                 }
             });
-            PartitionRegistry::new(config.clone(), cold, clock.clone(), dead_letter_for)
+            PartitionRegistry::new(
+                config.clone(),
+                cold,
+                clock.clone(),
+                dead_letter_for,
+                signals.clone(),
+            )
         });
         Ok(Log {
             inner: Arc::new(Inner {
                 config,
                 registry,
                 clock,
+                signals,
             }),
         })
     }
@@ -158,6 +168,7 @@ struct Inner {
     config: Arc<Config>,
     registry: Addr<PartitionRegistry>,
     clock: Arc<dyn Clock>,
+    signals: Arc<Signals>,
 }
 
 impl std::fmt::Debug for Log {
@@ -371,6 +382,79 @@ impl Log {
                 .into()),
                 _ => Ok(Page::default()),
             },
+        }
+    }
+
+    /// Like [`read`](Self::read), but when no record is available at `from` it waits up to
+    /// `wait` for the first one to be committed (no polling: commits wake the waiters), then
+    /// answers (an empty page if none came). Dropping the future releases the wait.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    pub async fn read_wait(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: Option<u64>,
+        limit: Option<usize>,
+        wait: Duration,
+    ) -> Result<Page, Error> {
+        let id = self.partition(topic, partition)?;
+        let deadline = Instant::now() + wait;
+        let signal = self.inner.signals.partition(&id);
+        loop {
+            // Registered before reading, so a commit between the read and the wait still wakes it.
+            let appended = signal.notified();
+            tokio::pin!(appended);
+            appended.as_mut().enable();
+            let page = self.read(topic, partition, from, limit).await?;
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if !page.records.is_empty() || remaining.is_zero() {
+                return Ok(page);
+            }
+            if actix::clock::timeout(remaining, appended).await.is_err() {
+                return self.read(topic, partition, from, limit).await;
+            }
+        }
+    }
+
+    /// Reads every partition of `topic` from `group`'s cursor (or the oldest readable offset
+    /// when it has none), up to `limit` records each, without committing. With a `wait`, it
+    /// answers as soon as any partition has records, or when the wait ends.
+    ///
+    /// # Errors
+    /// Name errors, a zero limit, `log_truncated` when a partition lost records below the
+    /// group's cursor, `unavailable`.
+    pub async fn poll(
+        &self,
+        topic: &str,
+        group: &str,
+        limit: Option<usize>,
+        wait: Duration,
+    ) -> Result<Vec<Page>, Error> {
+        let partitions = self.partitions(topic)?;
+        validate_group(group)?;
+        if limit == Some(0) {
+            return Err(StoreError::InvalidLimit.into());
+        }
+        let deadline = Instant::now() + wait;
+        let signal = self.inner.signals.topic(topic);
+        loop {
+            let appended = signal.notified();
+            tokio::pin!(appended);
+            appended.as_mut().enable();
+            let mut pages = Vec::with_capacity(partitions as usize);
+            for partition in 0..partitions {
+                let cursor = self.cursor(topic, partition, group).await?;
+                pages.push(self.read(topic, partition, cursor, limit).await?);
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if pages.iter().any(|page| !page.records.is_empty()) || remaining.is_zero() {
+                return Ok(pages);
+            }
+            if actix::clock::timeout(remaining, appended).await.is_err() {
+                return Ok(pages);
+            }
         }
     }
 

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use actix_web::{App, HttpServer, web};
-use durability::{Config, http};
+use actix_web::{App, HttpServer};
+use durability::{Config, Log, http};
 
 const USAGE: &str = "\
 durability: a partitioned, retained, append-only log served over HTTP
@@ -82,36 +82,45 @@ fn main() -> ExitCode {
     }
 }
 
-/// Serves until a shutdown signal: SIGTERM and Ctrl-C stop accepting connections and let
-/// in-flight requests finish.
+/// Serves until a shutdown signal: SIGTERM and Ctrl-C stop accepting connections, let
+/// in-flight requests finish, then commit what the partitions have queued and close them.
 async fn serve(config: Config) -> std::io::Result<()> {
-    std::fs::create_dir_all(&config.storage.data_dir).map_err(|err| {
-        std::io::Error::new(
-            err.kind(),
-            format!(
-                "cannot create storage.data_dir {}: {err}",
-                config.storage.data_dir.display()
-            ),
-        )
-    })?;
-    let body_limit = config.server.max_body_bytes;
-    let server = HttpServer::new(move || {
-        App::new()
-            .app_data(web::JsonConfig::default().limit(body_limit))
-            .configure(http::configure)
-    })
-    .bind(&config.server.bind)
-    .map_err(|err| {
-        std::io::Error::new(
-            err.kind(),
-            format!("cannot listen on {}: {err}", config.server.bind),
-        )
-    })?;
+    let log = Log::open(config.clone()).map_err(|err| std::io::Error::other(err.to_string()))?;
+    warn_if_cold_store_unreachable(&config).await;
+    let served = log.clone();
+    let server = HttpServer::new(move || App::new().configure(http::service(served.clone())))
+        .bind(&config.server.bind)
+        .map_err(|err| {
+            std::io::Error::new(
+                err.kind(),
+                format!("cannot listen on {}: {err}", config.server.bind),
+            )
+        })?;
     for address in server.addrs() {
         // Printed whatever RUST_LOG says, so scripts can find the port that was picked.
         println!("listening on http://{address}");
     }
-    server.shutdown_timeout(30).run().await
+    let result = server.shutdown_timeout(30).run().await;
+    if let Err(err) = log.shutdown().await {
+        log::error!("closing the partitions: {err}");
+    }
+    result
+}
+
+/// The server starts without its cold store (hot data keeps flowing); it says so.
+async fn warn_if_cold_store_unreachable(config: &Config) {
+    let store = match config.cold.open() {
+        Ok(Some(store)) => store,
+        Ok(None) => return,
+        Err(err) => return log::warn!("cold store unusable, retention cannot flush: {err}"),
+    };
+    let prefix = config.cold.prefix.clone();
+    match actix_web::rt::time::timeout(std::time::Duration::from_secs(5), store.list(&prefix)).await
+    {
+        Ok(Ok(_)) => log::info!("cold store ({:?}) reachable", config.cold.kind),
+        Ok(Err(err)) => log::warn!("cold store unreachable, retention will retry: {err}"),
+        Err(_) => log::warn!("cold store did not answer within 5 s, retention will retry"),
+    }
 }
 
 #[cfg(test)]

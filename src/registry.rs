@@ -24,6 +24,27 @@ use crate::names::{PartitionId, validate_topic};
 use crate::partition::{DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup};
 use crate::store::{ColdTier, StoreOptions};
 
+/// Wake-ups for readers waiting for new records: one per partition and one per topic.
+#[derive(Debug, Default)]
+pub(crate) struct Signals(std::sync::Mutex<HashMap<String, Arc<tokio::sync::Notify>>>);
+
+impl Signals {
+    /// Woken when `id` committed new records.
+    pub(crate) fn partition(&self, id: &PartitionId) -> Arc<tokio::sync::Notify> {
+        self.get(id.to_string())
+    }
+
+    /// Woken when any partition of `topic` committed new records.
+    pub(crate) fn topic(&self, topic: &str) -> Arc<tokio::sync::Notify> {
+        self.get(topic.to_owned())
+    }
+
+    fn get(&self, key: String) -> Arc<tokio::sync::Notify> {
+        let mut signals = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        signals.entry(key).or_default().clone()
+    }
+}
+
 /// Builds the dead-letter destination of a topic, if it has one.
 pub(crate) type DeadLetterFor = Arc<dyn Fn(&str) -> Option<Arc<dyn DeadLetter>> + Send + Sync>;
 
@@ -33,6 +54,7 @@ pub(crate) struct PartitionRegistry {
     cold: Option<Arc<dyn ColdStore>>,
     clock: Arc<dyn Clock>,
     dead_letter_for: DeadLetterFor,
+    signals: Arc<Signals>,
     running: HashMap<PartitionId, Running>,
     generations: u64,
 }
@@ -48,8 +70,10 @@ impl PartitionRegistry {
         cold: Option<Arc<dyn ColdStore>>,
         clock: Arc<dyn Clock>,
         dead_letter_for: DeadLetterFor,
+        signals: Arc<Signals>,
     ) -> Self {
         Self {
+            signals,
             config,
             cold,
             clock,
@@ -115,6 +139,7 @@ impl PartitionRegistry {
             dead_letter,
             on_idle: Some(ctx.address().recipient()),
             generation: self.generations,
+            appended: [self.signals.partition(id), self.signals.topic(id.topic())],
         };
         let addr = PartitionActor::start(setup)?;
         log::debug!("partition {id} started");

@@ -1,13 +1,126 @@
-//! The REST server's routes.
+//! The REST server: every route of the contract (`spec/API.md`) mapped onto [`Log`].
+//!
+//! Handlers parse and validate the request, call one `Log` method, and shape the answer;
+//! [`error`] is the only place that knows status codes. Bodies are read with a size limit
+//! (`413 payload_too_large`) and decoded here, so malformed JSON, wrong types and missing
+//! fields all answer `400 invalid_request` in the contract's JSON error shape.
 
-use actix_web::{HttpResponse, web};
+mod consume;
+pub mod error;
+mod leases;
+mod operations;
+mod produce;
+mod request;
 
-/// Registers every route of the server on an actix-web `App`.
-pub fn configure(cfg: &mut web::ServiceConfig) {
-    cfg.route("/healthz", web::get().to(healthz));
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::{Next, from_fn};
+use actix_web::{HttpResponse, ResponseError, web};
+
+pub use error::ApiError;
+
+use crate::log::Log;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct HttpState {
+    log: Log,
+    auth_token: Option<String>,
+    max_body_bytes: usize,
 }
 
-/// `GET /healthz`: the process is up and serving.
-async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(serde_json::json!({ "status": "ok" }))
+impl HttpState {
+    /// The state for serving `log` with its configuration's `[server]` settings.
+    pub fn new(log: Log) -> Self {
+        let server = &log.config().server;
+        let auth_token = (!server.auth_token.is_empty()).then(|| server.auth_token.clone());
+        let max_body_bytes = server.max_body_bytes;
+        Self {
+            log,
+            auth_token,
+            max_body_bytes,
+        }
+    }
+}
+
+/// Registers every route, the shared state, bearer-token auth and the JSON 404 on an
+/// actix-web `App`: `App::new().configure(http::service(log))`.
+pub fn service(log: Log) -> impl FnOnce(&mut web::ServiceConfig) {
+    move |cfg| {
+        cfg.app_data(web::Data::new(HttpState::new(log)));
+        cfg.route("/healthz", web::get().to(operations::healthz));
+        cfg.service(
+            web::scope("")
+                .wrap(from_fn(authenticate))
+                .route("/topics", web::get().to(operations::topics))
+                .route("/topics/{topic}", web::get().to(operations::topic))
+                .route("/topics/{topic}/records", web::post().to(produce::events))
+                .route("/topics/{topic}/partitions/{partition}/records", web::post().to(produce::records))
+                .route("/topics/{topic}/partitions/{partition}/records", web::get().to(consume::read))
+                .route("/topics/{topic}/groups/{group}/poll", web::get().to(consume::poll))
+                .route("/topics/{topic}/groups/{group}/commit", web::post().to(consume::commit))
+                .route("/topics/{topic}/partitions/{partition}/cursors", web::get().to(consume::cursors))
+                .route("/topics/{topic}/partitions/{partition}/cursors/{group}", web::put().to(consume::put_cursor))
+                .route("/topics/{topic}/partitions/{partition}/cursors/{group}", web::delete().to(consume::delete_cursor))
+                .route("/topics/{topic}/groups/{group}/leases", web::post().to(leases::claim_any))
+                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases", web::post().to(leases::claim))
+                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases", web::get().to(leases::list))
+                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batch_id}/ack", web::post().to(leases::ack))
+                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batch_id}/nack", web::post().to(leases::nack))
+                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batch_id}/extend", web::post().to(leases::extend))
+                .route("/topics/{topic}/partitions/{partition}/bounds", web::get().to(operations::bounds))
+                .route("/topics/{topic}/partitions/{partition}/load", web::get().to(operations::load))
+                .route("/topics/{topic}/partitions/{partition}/trim", web::post().to(operations::trim))
+                .route("/topics/{topic}/partitions/{partition}/cold/forget", web::post().to(operations::forget_cold))
+                .default_service(web::to(not_found)),
+        );
+    }
+}
+
+/// Every route but `/healthz` requires `Authorization: Bearer <token>` when the server has a
+/// token. The comparison takes the same time wherever the tokens differ.
+async fn authenticate(
+    request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let expected = request
+        .app_data::<web::Data<HttpState>>()
+        .and_then(|state| state.auth_token.clone());
+    if let Some(expected) = expected {
+        let given = request
+            .headers()
+            .get(actix_web::http::header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .unwrap_or("");
+        if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
+            let response =
+                ApiError::new("unauthorized", "a valid bearer token is required").error_response();
+            return Ok(request.into_response(response).map_into_right_body());
+        }
+    }
+    Ok(next.call(request).await?.map_into_left_body())
+}
+
+/// Compares without stopping at the first difference (only the length leaks).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+async fn not_found() -> HttpResponse {
+    ApiError::new("not_found", "no such route").error_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::constant_time_eq;
+
+    /// Equal tokens match; any difference, including length, does not.
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secreT"));
+        assert!(!constant_time_eq(b"secret", b"secret2"));
+        assert!(!constant_time_eq(b"", b"secret"));
+    }
 }

@@ -164,6 +164,9 @@ impl PartitionActor {
                     .any(|outcome| matches!(outcome, AppendOutcome::Appended { .. }))
                 {
                     self.stats.commits += 1;
+                    for signal in &self.setup.appended {
+                        signal.notify_waiters();
+                    }
                 }
                 // One snapshot for the group, taken while all of its appends are in flight.
                 let load = self.load.snapshot(pending);

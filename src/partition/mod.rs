@@ -86,6 +86,9 @@ pub(crate) struct PartitionSetup {
     pub on_idle: Option<Recipient<PartitionIdle>>,
     /// Distinguishes this start from earlier ones of the same partition.
     pub generation: u64,
+    /// Woken after each commit that appended records (this partition's, then its topic's), so
+    /// long-polling readers answer at once.
+    pub appended: [Arc<tokio::sync::Notify>; 2],
 }
 
 /// Sent to the registry by a partition idle for `idle_stop` with nothing in flight.

@@ -1,0 +1,119 @@
+//! The one place that knows HTTP status codes: every error becomes
+//! `{"error": {"code", "message", ...details}}` with the status its code promises.
+
+use actix_web::http::StatusCode;
+use actix_web::{HttpResponse, ResponseError};
+use serde_json::{Map, Value, json};
+
+use crate::error::Error;
+use crate::store::{AppendRejection, StoreError};
+
+/// An error answered over HTTP.
+#[derive(Debug)]
+pub struct ApiError {
+    code: &'static str,
+    message: String,
+    details: Map<String, Value>,
+}
+
+impl ApiError {
+    /// An error with a code of the contract and a human message.
+    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            details: Map::new(),
+        }
+    }
+
+    /// `400 invalid_request`.
+    pub fn invalid_request(message: impl Into<String>) -> Self {
+        Self::new("invalid_request", message)
+    }
+
+    /// `400 invalid_name`.
+    pub fn invalid_name(message: impl Into<String>) -> Self {
+        Self::new("invalid_name", message)
+    }
+
+    fn with(mut self, key: &str, value: Value) -> Self {
+        self.details.insert(key.to_owned(), value);
+        self
+    }
+
+    /// The stable error code.
+    pub fn code(&self) -> &'static str {
+        self.code
+    }
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl ResponseError for ApiError {
+    fn status_code(&self) -> StatusCode {
+        match self.code {
+            "invalid_request" | "invalid_name" | "batch_too_large" | "record_too_large"
+            | "invalid_offset" => StatusCode::BAD_REQUEST,
+            "unauthorized" => StatusCode::UNAUTHORIZED,
+            "unknown_partition" | "not_found" => StatusCode::NOT_FOUND,
+            "lease_not_held" | "leases_disabled" => StatusCode::CONFLICT,
+            "log_truncated" => StatusCode::GONE,
+            "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+            _ => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    fn error_response(&self) -> HttpResponse {
+        let mut error = Map::new();
+        error.insert("code".into(), json!(self.code));
+        error.insert("message".into(), json!(self.message));
+        error.extend(self.details.clone());
+        HttpResponse::build(self.status_code()).json(json!({ "error": error }))
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(err: Error) -> Self {
+        let base = Self::new(err.code(), error_text(&err));
+        match &err {
+            Error::Store(StoreError::Truncated {
+                requested_offset,
+                oldest_offset,
+            }) => base
+                .with("requestedOffset", json!(requested_offset))
+                .with("oldestOffset", json!(oldest_offset)),
+            Error::Store(StoreError::LeaseNotHeld { batch_id }) => {
+                base.with("batchId", json!(batch_id))
+            }
+            Error::Store(StoreError::InvalidOffset { next_offset, .. }) => {
+                base.with("nextOffset", json!(next_offset))
+            }
+            Error::UnknownPartition { partitions, .. } => {
+                base.with("partitions", json!(partitions))
+            }
+            _ => base,
+        }
+    }
+}
+
+impl From<AppendRejection> for ApiError {
+    fn from(rejection: AppendRejection) -> Self {
+        Self::new(rejection.code(), rejection.to_string())
+    }
+}
+
+/// The error's message followed by its causes, so a 503 says what failed.
+fn error_text(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

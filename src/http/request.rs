@@ -1,0 +1,132 @@
+//! Request decoding with the contract's error codes: path parameters, query parameters and
+//! JSON bodies.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use actix_web::web;
+use futures_util::StreamExt;
+use serde::de::DeserializeOwned;
+
+use super::ApiError;
+
+/// Longest `waitMs`; longer waits are capped to it.
+pub const MAX_WAIT_MS: u64 = 30_000;
+
+/// Reads a JSON body of at most `limit` bytes.
+pub async fn json_body<T: DeserializeOwned>(
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<T, ApiError> {
+    let bytes = body(&mut payload, limit).await?;
+    serde_json::from_slice(&bytes)
+        .map_err(|err| ApiError::invalid_request(format!("invalid JSON body: {err}")))
+}
+
+/// Reads an optional JSON body (an empty body is `None`).
+pub async fn optional_json_body<T: DeserializeOwned>(
+    mut payload: web::Payload,
+    limit: usize,
+) -> Result<Option<T>, ApiError> {
+    let bytes = body(&mut payload, limit).await?;
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|err| ApiError::invalid_request(format!("invalid JSON body: {err}")))
+}
+
+async fn body(payload: &mut web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {
+    let mut bytes = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk
+            .map_err(|err| ApiError::invalid_request(format!("cannot read the body: {err}")))?;
+        if bytes.len() + chunk.len() > limit {
+            return Err(ApiError::new(
+                "payload_too_large",
+                format!("the body exceeds {limit} bytes"),
+            ));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
+}
+
+/// A `{partition}` path segment: a non-negative integer (`400 invalid_name` otherwise).
+pub fn partition(segment: &str) -> Result<u32, ApiError> {
+    if segment.is_empty() || !segment.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ApiError::invalid_name(format!(
+            "partition {segment:?} is not a non-negative integer"
+        )));
+    }
+    // Larger than any partition count: the same answer as any index past the count.
+    segment.parse().map_err(|_| {
+        ApiError::new(
+            "unknown_partition",
+            format!("there is no partition {segment}"),
+        )
+    })
+}
+
+/// The query string's parameters.
+pub struct Query(HashMap<String, String>);
+
+impl Query {
+    /// Parses a query string (`400 invalid_request` if it is malformed).
+    pub fn parse(query: &str) -> Result<Self, ApiError> {
+        web::Query::<HashMap<String, String>>::from_query(query)
+            .map(|query| Self(query.into_inner()))
+            .map_err(|err| ApiError::invalid_request(format!("invalid query string: {err}")))
+    }
+
+    fn integer(&self, name: &str) -> Result<Option<i64>, ApiError> {
+        self.0
+            .get(name)
+            .map(|value| {
+                value.parse::<i64>().map_err(|_| {
+                    ApiError::invalid_request(format!("{name} must be an integer, not {value:?}"))
+                })
+            })
+            .transpose()
+    }
+
+    /// `from`: an offset (negative is `400 invalid_offset`).
+    pub fn from(&self) -> Result<Option<u64>, ApiError> {
+        match self.integer("from")? {
+            Some(from) if from < 0 => Err(ApiError::new(
+                "invalid_offset",
+                format!("from {from} is negative"),
+            )),
+            from => Ok(from.map(|from| from as u64)),
+        }
+    }
+
+    /// `limit`: a positive integer (capped later at `max_batch_size`).
+    pub fn limit(&self) -> Result<Option<usize>, ApiError> {
+        match self.integer("limit")? {
+            Some(limit) if limit < 1 => Err(ApiError::invalid_request(format!(
+                "limit {limit} must be at least 1"
+            ))),
+            limit => Ok(limit.map(|limit| limit as usize)),
+        }
+    }
+
+    /// `waitMs`: how long to wait for records (capped at 30 s; negative is invalid).
+    pub fn wait(&self) -> Result<Duration, ApiError> {
+        match self.integer("waitMs")? {
+            Some(wait) if wait < 0 => Err(ApiError::invalid_request(format!(
+                "waitMs {wait} is negative"
+            ))),
+            wait => Ok(Duration::from_millis(
+                wait.map_or(0, |wait| (wait as u64).min(MAX_WAIT_MS)),
+            )),
+        }
+    }
+}
+
+/// A non-negative offset from a JSON body (`400 invalid_offset` when negative).
+pub fn offset(value: i64, what: &str) -> Result<u64, ApiError> {
+    u64::try_from(value)
+        .map_err(|_| ApiError::new("invalid_offset", format!("{what} {value} is negative")))
+}
