@@ -35,21 +35,44 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let produced = call(address, "POST", "/topics/clicks/records", Some(events)).await?;
     println!("produced: {produced}");
 
-    let polled = call(address, "GET", "/topics/clicks/groups/analytics/poll?limit=10", None).await?;
+    let polled = call(
+        address,
+        "GET",
+        "/topics/clicks/groups/analytics/poll?limit=10",
+        None,
+    )
+    .await?;
     let mut offsets = serde_json::Map::new();
     for partition in polled["partitions"].as_array().into_iter().flatten() {
         for record in partition["records"].as_array().into_iter().flatten() {
-            println!("partition {} offset {}: {}", partition["partition"], record["offset"], record["payload"]);
+            println!(
+                "partition {} offset {}: {}",
+                partition["partition"], record["offset"], record["payload"]
+            );
         }
         if !partition["records"].as_array().is_some_and(Vec::is_empty) {
-            offsets.insert(partition["partition"].to_string(), partition["nextOffset"].clone());
+            offsets.insert(
+                partition["partition"].to_string(),
+                partition["nextOffset"].clone(),
+            );
         }
     }
-    let committed = call(address, "POST", "/topics/clicks/groups/analytics/commit", Some(json!({ "offsets": offsets }))).await?;
+    let committed = call(
+        address,
+        "POST",
+        "/topics/clicks/groups/analytics/commit",
+        Some(json!({ "offsets": offsets })),
+    )
+    .await?;
     println!("committed: {committed}");
 
     let again = call(address, "GET", "/topics/clicks/groups/analytics/poll", None).await?;
-    let new_records: usize = again["partitions"].as_array().into_iter().flatten().map(|p| p["records"].as_array().map_or(0, Vec::len)).sum();
+    let new_records: usize = again["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| p["records"].as_array().map_or(0, Vec::len))
+        .sum();
     println!("records after the commit: {new_records}");
     assert_eq!(new_records, 0);
 
@@ -59,11 +82,19 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// One HTTP/1.1 request with a JSON body; returns the JSON answer (or `null` for no body).
-async fn call(address: SocketAddr, method: &str, path: &str, body: Option<Value>) -> std::io::Result<Value> {
+async fn call(
+    address: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+) -> std::io::Result<Value> {
     let request = match &body {
         Some(body) => {
             let body = body.to_string();
-            format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len())
+            format!(
+                "{method} {path} HTTP/1.1\r\nHost: {address}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
         }
         None => format!("{method} {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"),
     };

@@ -13,6 +13,7 @@
 //!
 //! In data-flow order:
 //! - [`http`]: the REST server's routes; it talks only to [`Log`].
+//! - [`metrics`]: the server's Prometheus metrics (`GET /metrics`), fed by [`http`] and [`Log`].
 //! - [`log`]: [`Log`], the cloneable handle: validates names, routes keyed events with the
 //!   partitioning function, and sends each operation to its partition's actor.
 //! - `registry` (internal): the `PartitionRegistry` actor, a supervisor that starts a
@@ -71,6 +72,7 @@ pub mod error;
 pub mod http;
 pub mod load;
 pub mod log;
+pub mod metrics;
 pub mod names;
 pub mod partition;
 pub(crate) mod registry;

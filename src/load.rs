@@ -13,6 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::clock::Clock;
 
@@ -31,7 +32,7 @@ const BUCKETS: i64 = WINDOW_MS as i64 / BUCKET_MS;
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(0);
 
 /// A partition's load at one moment: what a router compares to pick where to send work.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadSnapshot {
     /// When the snapshot was taken, in ms since the Unix epoch; a newer snapshot replaces an
@@ -46,7 +47,7 @@ pub struct LoadSnapshot {
 }
 
 /// Pressure in one direction: how much is running now and how long recent work took.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Pressure {
     /// Requests begun and not yet finished, right now.
@@ -55,11 +56,12 @@ pub struct Pressure {
     pub completed: u64,
     /// Mean duration of the requests finished within the window, in ms; `None` (JSON `null`)
     /// when none finished, because "no data" is not "instant".
+    #[schema(required = true)]
     pub average_processing_ms: Option<f64>,
 }
 
 /// Outbound pressure and the backlog consumers have yet to read.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OutboundPressure {
     /// The outbound requests, serialized inline (`inFlight`, `completed`,

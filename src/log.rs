@@ -25,8 +25,8 @@ use crate::registry::{
 };
 use crate::routing::partition_for;
 use crate::store::{
-    AppendOutcome, AppendRejection, Bounds, Lease, LeaseRow, NewRecord, Page, Record, StoreError,
-    check_batch,
+    AppendOutcome, AppendRejection, Bounds, ColdFlushCounters, Lease, LeaseRow, NewRecord, Page,
+    Record, StoreError, check_batch,
 };
 
 /// A keyed event for [`Log::append_events`]: its partition is chosen from `partition_key`.
@@ -117,6 +117,7 @@ impl LogBuilder {
         let clock = self.clock;
         let custom = self.dead_letter;
         let signals = Arc::new(Signals::default());
+        let flush_counters = Arc::new(ColdFlushCounters::default());
         // The registry's dead-letter sinks append through a `Log` on the registry's own address.
         let registry = PartitionRegistry::create(|ctx| {
             let log = Log {
@@ -125,6 +126,7 @@ impl LogBuilder {
                     registry: ctx.address(),
                     clock: clock.clone(),
                     signals: signals.clone(),
+                    flush_counters: flush_counters.clone(),
                 }),
             };
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
@@ -145,6 +147,7 @@ impl LogBuilder {
                 clock.clone(),
                 dead_letter_for,
                 signals.clone(),
+                flush_counters.clone(),
             )
         });
         Ok(Log {
@@ -153,6 +156,7 @@ impl LogBuilder {
                 registry,
                 clock,
                 signals,
+                flush_counters,
             }),
         })
     }
@@ -169,6 +173,7 @@ struct Inner {
     registry: Addr<PartitionRegistry>,
     clock: Arc<dyn Clock>,
     signals: Arc<Signals>,
+    flush_counters: Arc<ColdFlushCounters>,
 }
 
 impl std::fmt::Debug for Log {
@@ -279,6 +284,17 @@ impl Log {
         records: Vec<NewRecord>,
     ) -> Result<Appended, Error> {
         let id = self.partition(topic, partition)?;
+        // Refused before the partition is touched, so a refusal creates no database.
+        let settings = self.inner.config.topic(topic).log;
+        if let Some(rejection) =
+            check_batch(&records, settings.max_batch_size, settings.max_record_bytes)
+        {
+            let load = self.load(topic, partition).await?;
+            return Ok(Appended {
+                outcome: AppendOutcome::Rejected(rejection),
+                load,
+            });
+        }
         let appended = self.call(&id, true, partition::Append { records }).await?;
         Ok(appended.expect("a write always finds its partition"))
     }
@@ -770,6 +786,12 @@ impl Log {
                 name,
             })
             .collect())
+    }
+
+    /// The counts of cold flushes (succeeded and failed) that every partition of this log made
+    /// since it opened. Does not block.
+    pub fn cold_flushes(&self) -> Arc<ColdFlushCounters> {
+        self.inner.flush_counters.clone()
     }
 
     /// The partitions whose actors are running now.

@@ -88,14 +88,18 @@ async fn serve(config: Config) -> std::io::Result<()> {
     let log = Log::open(config.clone()).map_err(|err| std::io::Error::other(err.to_string()))?;
     warn_if_cold_store_unreachable(&config).await;
     let served = log.clone();
-    let server = HttpServer::new(move || App::new().configure(http::service(served.clone())))
-        .bind(&config.server.bind)
-        .map_err(|err| {
-            std::io::Error::new(
-                err.kind(),
-                format!("cannot listen on {}: {err}", config.server.bind),
-            )
-        })?;
+    // One set of metrics for every worker, so a scrape sees the whole server.
+    let metrics = durability::metrics::Metrics::new(log.cold_flushes());
+    let server = HttpServer::new(move || {
+        App::new().configure(http::service_with_metrics(served.clone(), metrics.clone()))
+    })
+    .bind(&config.server.bind)
+    .map_err(|err| {
+        std::io::Error::new(
+            err.kind(),
+            format!("cannot listen on {}: {err}", config.server.bind),
+        )
+    })?;
     for address in server.addrs() {
         // Printed whatever RUST_LOG says, so scripts can find the port that was picked.
         println!("listening on http://{address}");

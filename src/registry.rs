@@ -22,7 +22,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::names::{PartitionId, validate_topic};
 use crate::partition::{DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup};
-use crate::store::{ColdTier, StoreOptions};
+use crate::store::{ColdFlushCounters, ColdTier, StoreOptions};
 
 /// Wake-ups for readers waiting for new records: one per partition and one per topic.
 #[derive(Debug, Default)]
@@ -55,6 +55,8 @@ pub(crate) struct PartitionRegistry {
     clock: Arc<dyn Clock>,
     dead_letter_for: DeadLetterFor,
     signals: Arc<Signals>,
+    /// Every partition's store counts its cold flushes here.
+    flush_counters: Arc<ColdFlushCounters>,
     running: HashMap<PartitionId, Running>,
     generations: u64,
 }
@@ -71,9 +73,11 @@ impl PartitionRegistry {
         clock: Arc<dyn Clock>,
         dead_letter_for: DeadLetterFor,
         signals: Arc<Signals>,
+        flush_counters: Arc<ColdFlushCounters>,
     ) -> Self {
         Self {
             signals,
+            flush_counters,
             config,
             cold,
             clock,
@@ -129,6 +133,7 @@ impl PartitionRegistry {
                 partition: id.index(),
             }),
             leases,
+            flush_counters: Some(self.flush_counters.clone()),
         };
         let setup = PartitionSetup {
             id: id.clone(),

@@ -6,18 +6,27 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
+use utoipa::ToSchema;
 
 use super::request::{Query, json_body, offset, partition};
+use super::schema;
 use super::{ApiError, HttpState};
 use crate::store::{Page, Record};
 
 /// A record as the API shows it: the payload is the stored JSON value itself.
-#[derive(Serialize)]
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
+#[schema(as = Record)]
 pub struct RecordJson {
+    /// The record's offset in its partition.
     offset: u64,
+    /// Its deduplication key, or `null` when it was appended without one.
+    #[schema(required = true)]
     key: Option<String>,
+    /// The JSON value it was appended with.
+    #[schema(value_type = serde_json::Value)]
     payload: Box<RawValue>,
+    /// When it was appended, in ms since the Unix epoch.
     appended_at: i64,
 }
 
@@ -48,6 +57,24 @@ fn page_json(page: Page) -> serde_json::Value {
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/records?from=&limit=&waitMs=`.
+#[utoipa::path(
+    get,
+    path = "/topics/{topic}/partitions/{partition}/records",
+    tag = "consume",
+    operation_id = "readRecords",
+    summary = "Read a page of records",
+    description = "Reads from `from` (cold storage included), waiting up to `waitMs` for a first \
+        record when there is none yet. A partition never written answers an empty page.",
+    params(schema::PartitionPath, schema::ReadQuery),
+    responses(
+        (status = 200, description = "The page", body = schema::Page),
+        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset` (negative, or beyond `nextOffset`)", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn read(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -61,10 +88,30 @@ pub async fn read(
         .log
         .read_wait(&topic, index, from, limit, wait)
         .await?;
+    let read = page.records.len() as u64;
+    state.metrics.records_read(&topic, read);
     Ok(HttpResponse::Ok().json(page_json(page)))
 }
 
 /// `GET /topics/{topic}/groups/{group}/poll?limit=&waitMs=`.
+#[utoipa::path(
+    get,
+    path = "/topics/{topic}/groups/{group}/poll",
+    tag = "consume",
+    operation_id = "pollGroup",
+    summary = "Read every partition from the group's cursors",
+    description = "Reads every partition of the topic from the group's committed cursor (or the \
+        oldest readable offset when it has none), without committing. With `waitMs`, answers as \
+        soon as any partition has records, or when the wait ends.",
+    params(schema::GroupPath, schema::PollQuery),
+    responses(
+        (status = 200, description = "One page per partition, in partition order", body = schema::GroupPoll),
+        (status = 400, description = "`invalid_request` or `invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn poll(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -76,6 +123,8 @@ pub async fn poll(
         .log
         .poll(&topic, &group, query.limit()?, query.wait()?)
         .await?;
+    let read = pages.iter().map(|page| page.records.len() as u64).sum();
+    state.metrics.records_read(&topic, read);
     let partitions: Vec<_> = pages
         .into_iter()
         .enumerate()
@@ -91,14 +140,34 @@ pub async fn poll(
     Ok(HttpResponse::Ok().json(json!({ "partitions": partitions })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CommitBody {
+    /// Partition number → the next offset to read.
     offsets: BTreeMap<String, i64>,
 }
 
 /// `POST /topics/{topic}/groups/{group}/commit` with `{"offsets": {"0": 12}}`: every
 /// partition and offset is checked before any is committed.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/groups/{group}/commit",
+    tag = "consume",
+    operation_id = "commitGroup",
+    summary = "Commit the group's cursors on several partitions",
+    description = "Commits only move forward: a lower or equal offset changes nothing. Every \
+        partition and offset is checked before any is committed.",
+    params(schema::GroupPath),
+    request_body = CommitBody,
+    responses(
+        (status = 200, description = "The cursor in effect for each named partition", body = schema::CommittedCursors),
+        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the commit may or may not have happened", body = schema::ErrorBody),
+    )
+)]
 pub async fn commit(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -139,13 +208,32 @@ pub async fn commit(
     Ok(HttpResponse::Ok().json(json!({ "cursors": cursors })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CursorBody {
+    /// The next offset to read.
     offset: i64,
 }
 
 /// `PUT /topics/{topic}/partitions/{partition}/cursors/{group}` with `{"offset": 12}`.
+#[utoipa::path(
+    put,
+    path = "/topics/{topic}/partitions/{partition}/cursors/{group}",
+    tag = "consume",
+    operation_id = "putCursor",
+    summary = "Commit the group's cursor on one partition",
+    description = "Commits only move forward: a lower or equal offset changes nothing.",
+    params(schema::PartitionGroupPath),
+    request_body = CursorBody,
+    responses(
+        (status = 200, description = "The cursor in effect", body = schema::Cursor),
+        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the commit may or may not have happened", body = schema::ErrorBody),
+    )
+)]
 pub async fn put_cursor(
     state: web::Data<HttpState>,
     path: web::Path<(String, String, String)>,
@@ -163,6 +251,21 @@ pub async fn put_cursor(
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/cursors`.
+#[utoipa::path(
+    get,
+    path = "/topics/{topic}/partitions/{partition}/cursors",
+    tag = "consume",
+    operation_id = "listCursors",
+    summary = "Every consumer group's cursor on a partition",
+    params(schema::PartitionPath),
+    responses(
+        (status = 200, description = "The cursors, by group", body = schema::GroupCursors),
+        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn cursors(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -174,6 +277,23 @@ pub async fn cursors(
 
 /// `DELETE /topics/{topic}/partitions/{partition}/cursors/{group}`: `204`, also when there
 /// was no such cursor.
+#[utoipa::path(
+    delete,
+    path = "/topics/{topic}/partitions/{partition}/cursors/{group}",
+    tag = "consume",
+    operation_id = "deleteCursor",
+    summary = "Remove a consumer group's cursor",
+    description = "Removes the group's cursor and its leases on the partition, so that it no \
+        longer holds back `load` and a later commit may start lower.",
+    params(schema::PartitionGroupPath),
+    responses(
+        (status = 204, description = "Removed, or there was no such cursor"),
+        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn delete_cursor(
     state: web::Data<HttpState>,
     path: web::Path<(String, String, String)>,

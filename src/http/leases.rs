@@ -4,9 +4,11 @@
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use super::consume::records_json;
 use super::request::{Query, optional_json_body, partition};
+use super::schema;
 use super::{ApiError, HttpState};
 use crate::store::Lease;
 
@@ -24,6 +26,26 @@ fn lease_json(lease: Lease) -> Value {
 
 /// `POST /topics/{topic}/partitions/{partition}/groups/{group}/leases?limit=`: `200` with the
 /// range, or `204` when nothing is available now.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/partitions/{partition}/groups/{group}/leases",
+    tag = "leases",
+    operation_id = "claimLease",
+    summary = "Lease the group's next range of a partition",
+    description = "Claims a range durably before returning it. A group's first lease starts \
+        at its cursor, or at the oldest readable offset when it has none.",
+    params(schema::PartitionGroupPath, schema::LimitQuery),
+    responses(
+        (status = 200, description = "The range, held until `expiresAt`", body = schema::Lease),
+        (status = 204, description = "Nothing available now: the group is at `maxParallelism`, every record is leased, or a range past `maxAttempts` went to the dead-letter topic (ask again)"),
+        (status = 400, description = "`invalid_request` or `invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 409, description = "`leases_disabled`", body = schema::ErrorBody),
+        (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+    )
+)]
 pub async fn claim(
     state: web::Data<HttpState>,
     path: web::Path<(String, String, String)>,
@@ -40,6 +62,25 @@ pub async fn claim(
 
 /// `POST /topics/{topic}/groups/{group}/leases?limit=`: the same on whichever partition has a
 /// range available (tried in turn); the answer also carries `"partition"`.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/groups/{group}/leases",
+    tag = "leases",
+    operation_id = "claimAnyLease",
+    summary = "Lease the group's next range on any partition",
+    description = "The same as a partition's lease claim, on whichever partition has a range \
+        available (partitions tried in turn).",
+    params(schema::GroupPath, schema::LimitQuery),
+    responses(
+        (status = 200, description = "The range and its partition, held until `expiresAt`", body = schema::PartitionLease),
+        (status = 204, description = "Nothing available now: the group is at `maxParallelism`, every record is leased, or a range past `maxAttempts` went to the dead-letter topic (ask again)"),
+        (status = 400, description = "`invalid_request` or `invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 409, description = "`leases_disabled`", body = schema::ErrorBody),
+        (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+    )
+)]
 pub async fn claim_any(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -59,6 +100,24 @@ pub async fn claim_any(
 }
 
 /// `POST .../leases/{batchId}/ack`: `{"cursor": n}` (or `null` while the group has none).
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/ack",
+    tag = "leases",
+    operation_id = "ackLease",
+    summary = "Settle a leased range",
+    description = "The group's cursor advances over every contiguous settled range from the \
+        cursor on. A range whose hold expired but that nobody reclaimed yet can still be acked.",
+    params(schema::BatchPath),
+    responses(
+        (status = 200, description = "Settled; the group's cursor after the ack", body = schema::AckedCursor),
+        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+    )
+)]
 pub async fn ack(
     state: web::Data<HttpState>,
     path: web::Path<(String, String, String, String)>,
@@ -71,13 +130,33 @@ pub async fn ack(
     Ok(HttpResponse::Ok().json(json!({ "cursor": cursor })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct NackBody {
+    /// Redeliver no sooner than this many ms from now (default 0).
     delay_ms: Option<i64>,
 }
 
 /// `POST .../leases/{batchId}/nack` with an optional `{"delayMs": 1000}`: `204`.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/nack",
+    tag = "leases",
+    operation_id = "nackLease",
+    summary = "Give a leased range back for redelivery",
+    description = "The range is redelivered (under a new `batchId`) no sooner than `delayMs`.",
+    request_body = Option<NackBody>,
+    params(schema::BatchPath),
+    responses(
+        (status = 204, description = "The range will be redelivered under a new `batchId`"),
+        (status = 400, description = "`invalid_request` or `invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = schema::ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+    )
+)]
 pub async fn nack(
     state: web::Data<HttpState>,
     path: web::Path<(String, String, String, String)>,
@@ -102,6 +181,23 @@ pub async fn nack(
 }
 
 /// `POST .../leases/{batchId}/extend`: `{"expiresAt": ...}`.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/extend",
+    tag = "leases",
+    operation_id = "extendLease",
+    summary = "Renew the hold on a leased range",
+    description = "Renews the hold for another `leaseMs`.",
+    params(schema::BatchPath),
+    responses(
+        (status = 200, description = "The hold's new end", body = schema::Extended),
+        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+    )
+)]
 pub async fn extend(
     state: web::Data<HttpState>,
     path: web::Path<(String, String, String, String)>,
@@ -115,6 +211,23 @@ pub async fn extend(
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/groups/{group}/leases`.
+#[utoipa::path(
+    get,
+    path = "/topics/{topic}/partitions/{partition}/groups/{group}/leases",
+    tag = "leases",
+    operation_id = "listLeases",
+    summary = "The group's leased ranges on a partition",
+    description = "Settled ranges disappear once the cursor has moved past them.",
+    params(schema::PartitionGroupPath),
+    responses(
+        (status = 200, description = "The ranges", body = schema::Leases),
+        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 409, description = "`leases_disabled`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn list(
     state: web::Data<HttpState>,
     path: web::Path<(String, String, String)>,

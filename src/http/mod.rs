@@ -8,9 +8,12 @@
 mod consume;
 pub mod error;
 mod leases;
+mod metrics;
+pub mod openapi;
 mod operations;
 mod produce;
 mod request;
+mod schema;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -20,6 +23,7 @@ use actix_web::{HttpResponse, ResponseError, web};
 pub use error::ApiError;
 
 use crate::log::Log;
+use crate::metrics::Metrics;
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -27,11 +31,19 @@ pub struct HttpState {
     log: Log,
     auth_token: Option<String>,
     max_body_bytes: usize,
+    metrics: Metrics,
 }
 
 impl HttpState {
-    /// The state for serving `log` with its configuration's `[server]` settings.
+    /// The state for serving `log` with its configuration's `[server]` settings, counting into
+    /// fresh [`Metrics`].
     pub fn new(log: Log) -> Self {
+        let metrics = Metrics::new(log.cold_flushes());
+        Self::with_metrics(log, metrics)
+    }
+
+    /// The same, counting into `metrics` (shared by every worker of one server).
+    pub fn with_metrics(log: Log, metrics: Metrics) -> Self {
         let server = &log.config().server;
         let auth_token = (!server.auth_token.is_empty()).then(|| server.auth_token.clone());
         let max_body_bytes = server.max_body_bytes;
@@ -39,19 +51,33 @@ impl HttpState {
             log,
             auth_token,
             max_body_bytes,
+            metrics,
         }
     }
 }
 
 /// Registers every route, the shared state, bearer-token auth and the JSON 404 on an
 /// actix-web `App`: `App::new().configure(http::service(log))`.
+///
+/// Each call counts into its own [`Metrics`]; an `HttpServer`, which calls its app factory
+/// once per worker, shares one through [`service_with_metrics`].
 pub fn service(log: Log) -> impl FnOnce(&mut web::ServiceConfig) {
+    let metrics = Metrics::new(log.cold_flushes());
+    service_with_metrics(log, metrics)
+}
+
+/// [`service`], counting into `metrics`. Every request but `/healthz` is timed, rejected
+/// ones included.
+pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
-        cfg.app_data(web::Data::new(HttpState::new(log)));
+        cfg.app_data(web::Data::new(HttpState::with_metrics(log, metrics)));
         cfg.route("/healthz", web::get().to(operations::healthz));
         cfg.service(
             web::scope("")
                 .wrap(from_fn(authenticate))
+                .wrap(from_fn(metrics::observe))
+                .route("/metrics", web::get().to(metrics::metrics))
+                .route("/openapi.json", web::get().to(openapi::openapi))
                 .route("/topics", web::get().to(operations::topics))
                 .route("/topics/{topic}", web::get().to(operations::topic))
                 .route("/topics/{topic}/records", web::post().to(produce::events))

@@ -3,16 +3,43 @@
 use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 use serde_json::json;
+use utoipa::ToSchema;
 
 use super::request::{json_body, offset, partition};
+use super::schema;
 use super::{ApiError, HttpState};
 
 /// `GET /healthz`: `{"status": "ok"}`, without auth.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    operation_id = "healthz",
+    summary = "Health check (no token needed)",
+    responses(
+        (status = 200, description = "The server is up", body = schema::Health),
+    )
+)]
 pub async fn healthz() -> HttpResponse {
     HttpResponse::Ok().json(json!({ "status": "ok" }))
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/bounds`.
+#[utoipa::path(
+    get,
+    path = "/topics/{topic}/partitions/{partition}/bounds",
+    tag = "operations",
+    operation_id = "getBounds",
+    summary = "A partition's offsets",
+    params(schema::PartitionPath),
+    responses(
+        (status = 200, description = "The bounds", body = schema::Bounds),
+        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn bounds(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -27,6 +54,21 @@ pub async fn bounds(
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/load`.
+#[utoipa::path(
+    get,
+    path = "/topics/{topic}/partitions/{partition}/load",
+    tag = "operations",
+    operation_id = "getLoad",
+    summary = "A partition's load snapshot",
+    params(schema::PartitionPath),
+    responses(
+        (status = 200, description = "The load snapshot", body = crate::load::LoadSnapshot),
+        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn load(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -36,6 +78,23 @@ pub async fn load(
 }
 
 /// `POST /topics/{topic}/partitions/{partition}/trim`: `{"removed": n}`.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/partitions/{partition}/trim",
+    tag = "operations",
+    operation_id = "trimPartition",
+    summary = "Run retention now",
+    description = "Runs retention on the partition now: records leave the hot window, flushed \
+        to the cold tier or deleted.",
+    params(schema::PartitionPath),
+    responses(
+        (status = 200, description = "How many records left the hot window", body = schema::Trimmed),
+        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the cold store failed; passes already completed stay done, the failed pass removed nothing", body = schema::ErrorBody),
+    )
+)]
 pub async fn trim(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -45,14 +104,32 @@ pub async fn trim(
     Ok(HttpResponse::Ok().json(json!({ "removed": removed })))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ForgetBody {
+    /// Forget the cold segments that end below this offset.
     before: i64,
 }
 
 /// `POST /topics/{topic}/partitions/{partition}/cold/forget` with `{"before": n}`:
 /// `{"forgotten": count}`.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/partitions/{partition}/cold/forget",
+    tag = "operations",
+    operation_id = "forgetCold",
+    summary = "Forget old cold segments",
+    request_body = ForgetBody,
+    params(schema::PartitionPath),
+    responses(
+        (status = 200, description = "How many segments were forgotten", body = schema::Forgotten),
+        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn forget_cold(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -70,6 +147,18 @@ pub async fn forget_cold(
 }
 
 /// `GET /topics`: topics with at least one written partition, by name.
+#[utoipa::path(
+    get,
+    path = "/topics",
+    tag = "operations",
+    operation_id = "listTopics",
+    summary = "Every topic with data",
+    responses(
+        (status = 200, description = "Topics with at least one written partition, sorted by name", body = schema::Topics),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn topics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiError> {
     let topics: Vec<_> = state
         .log
@@ -82,6 +171,20 @@ pub async fn topics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiErro
 }
 
 /// `GET /topics/{topic}`: every partition's bounds, cursors and backlog.
+#[utoipa::path(
+    get,
+    path = "/topics/{topic}",
+    tag = "operations",
+    operation_id = "getTopic",
+    summary = "A topic's partitions",
+    params(schema::TopicPath),
+    responses(
+        (status = 200, description = "Every partition's bounds, cursors and backlog, in order", body = schema::TopicDetail),
+        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+    )
+)]
 pub async fn topic(
     state: web::Data<HttpState>,
     topic: web::Path<String>,

@@ -4,36 +4,68 @@ use actix_web::{HttpResponse, web};
 use serde::Deserialize;
 use serde_json::json;
 use serde_json::value::RawValue;
+use utoipa::ToSchema;
 
 use super::request::{json_body, partition};
+use super::schema;
 use super::{ApiError, HttpState};
 use crate::log::{Event, EventsOutcome};
 use crate::store::{AppendOutcome, NewRecord};
 
 /// One event of `POST /topics/{topic}/records`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct EventBody {
+    /// Chooses the partition (the partitioning function of SEMANTICS.md).
     partition_key: String,
+    /// Any JSON value; it reads back unchanged.
+    #[schema(value_type = serde_json::Value)]
     payload: Box<RawValue>,
+    /// Optional deduplication key, 1 to 1024 bytes: a re-sent key returns the original place.
     key: Option<String>,
 }
 
 /// One record of `POST /topics/{topic}/partitions/{partition}/records`.
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct RecordBody {
+    /// Any JSON value; it reads back unchanged.
+    #[schema(value_type = serde_json::Value)]
     payload: Box<RawValue>,
+    /// Optional deduplication key, 1 to 1024 bytes: a re-sent key returns the original offset.
     key: Option<String>,
 }
 
 /// `POST /topics/{topic}/records`: `202 {"records": [{"partition", "offset"}, ...]}`.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/records",
+    tag = "produce",
+    operation_id = "produceEvents",
+    summary = "Produce keyed events",
+    description = "Routes each event to a partition by its `partitionKey`, groups the events by \
+        partition and appends each group atomically. The whole request is validated before \
+        anything is written.",
+    params(schema::TopicPath),
+    request_body(content = Vec<EventBody>, description = "The events, in order"),
+    responses(
+        (status = 202, description = "One place per input event, in input order", body = schema::ProducedRecords),
+        (status = 400, description = "`invalid_request`, `invalid_name`, `batch_too_large` or `record_too_large`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the write may or may not have happened", body = schema::ErrorBody),
+    )
+)]
 pub async fn events(
     state: web::Data<HttpState>,
     topic: web::Path<String>,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let events: Vec<EventBody> = json_body(body, state.max_body_bytes).await?;
+    let bytes = events
+        .iter()
+        .map(|event| event.payload.get().len() as u64)
+        .sum();
     let events = events
         .into_iter()
         .map(|event| Event {
@@ -44,6 +76,7 @@ pub async fn events(
         .collect();
     match state.log.append_events(&topic, events).await? {
         EventsOutcome::Appended(placed) => {
+            state.metrics.appended(&topic, placed.len() as u64, bytes);
             let records: Vec<_> = placed
                 .into_iter()
                 .map(|(partition, offset)| json!({"partition": partition, "offset": offset}))
@@ -55,6 +88,24 @@ pub async fn events(
 }
 
 /// `POST /topics/{topic}/partitions/{partition}/records`: `202 {"offsets": [...], "load": ...}`.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/partitions/{partition}/records",
+    tag = "produce",
+    operation_id = "appendRecords",
+    summary = "Append records to one partition",
+    description = "Appends the records to the partition atomically.",
+    params(schema::PartitionPath),
+    request_body(content = Vec<RecordBody>, description = "The records, in order"),
+    responses(
+        (status = 202, description = "The offsets, in input order, and the partition's load", body = schema::AppendedOffsets),
+        (status = 400, description = "`invalid_request`, `invalid_name`, `batch_too_large` or `record_too_large`", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the write may or may not have happened", body = schema::ErrorBody),
+    )
+)]
 pub async fn records(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
@@ -64,6 +115,10 @@ pub async fn records(
     let index = partition(&index)?;
     state.log.partitions(&topic)?;
     let records: Vec<RecordBody> = json_body(body, state.max_body_bytes).await?;
+    let bytes = records
+        .iter()
+        .map(|record| record.payload.get().len() as u64)
+        .sum();
     let records = records
         .into_iter()
         .map(|record| NewRecord {
@@ -74,6 +129,7 @@ pub async fn records(
     let appended = state.log.append(&topic, index, records).await?;
     match appended.outcome {
         AppendOutcome::Appended { offsets } => {
+            state.metrics.appended(&topic, offsets.len() as u64, bytes);
             Ok(HttpResponse::Accepted().json(json!({ "offsets": offsets, "load": appended.load })))
         }
         AppendOutcome::Rejected(rejection) => Err(rejection.into()),

@@ -28,7 +28,7 @@ pub use append::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check
 pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record};
-pub use retention::{ColdTier, Retention};
+pub use retention::{ColdFlushCounters, ColdTier, Retention};
 
 use crate::clock::{Clock, SystemClock};
 
@@ -71,6 +71,8 @@ pub struct StoreOptions {
     pub cold: Option<ColdTier>,
     /// How groups lease ranges.
     pub leases: LeaseOptions,
+    /// Where [`LogStore::trim`] counts its cold flushes, if anywhere. Default: `None`.
+    pub flush_counters: Option<Arc<ColdFlushCounters>>,
 }
 
 impl Default for StoreOptions {
@@ -83,6 +85,7 @@ impl Default for StoreOptions {
             retention: Retention::default(),
             cold: None,
             leases: LeaseOptions::default(),
+            flush_counters: None,
         }
     }
 }
@@ -127,6 +130,12 @@ impl StoreOptions {
     /// Sets the cold tier that expired records are flushed to.
     pub fn cold(mut self, cold: ColdTier) -> Self {
         self.cold = Some(cold);
+        self
+    }
+
+    /// Sets where cold flushes are counted (one set of counters may serve many stores).
+    pub fn flush_counters(mut self, counters: Arc<ColdFlushCounters>) -> Self {
+        self.flush_counters = Some(counters);
         self
     }
 }

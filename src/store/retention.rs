@@ -8,7 +8,7 @@
 //! and a retried pass finds the identical object already stored and accepts it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
@@ -47,6 +47,37 @@ pub struct ColdTier {
     pub topic: String,
     /// The partition's index, written into keys and segments.
     pub partition: u32,
+}
+
+/// Counts of cold flushes (segment uploads) made by [`LogStore::trim`], shared by every
+/// partition of a [`Log`](crate::Log) through [`StoreOptions`](super::StoreOptions)'s
+/// `flush_counters` and read through [`Log::cold_flushes`](crate::Log::cold_flushes).
+/// Lock-free: counting never blocks.
+#[derive(Debug, Default)]
+pub struct ColdFlushCounters {
+    flushed: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl ColdFlushCounters {
+    /// Segments written to the cold store (or found there already, from a retried pass).
+    pub fn flushed(&self) -> u64 {
+        self.flushed.load(Ordering::Relaxed)
+    }
+
+    /// Flushes that failed (the cold store erred, or held a different object under the key).
+    pub fn failed(&self) -> u64 {
+        self.failed.load(Ordering::Relaxed)
+    }
+
+    fn count<T, E>(&self, result: &Result<T, E>) {
+        let counter = if result.is_ok() {
+            &self.flushed
+        } else {
+            &self.failed
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// One pass: the hot records to remove, oldest first.
@@ -91,7 +122,13 @@ impl LogStore {
             self.snapshot(|tx| plan_pass(tx, &retention, cutoff, self.options.max_batch_size))?
         {
             let flushed = match &self.options.cold {
-                Some(cold) => Some(flush(cold, &pass).await?),
+                Some(cold) => {
+                    let flushed = flush(cold, &pass).await;
+                    if let Some(counters) = &self.options.flush_counters {
+                        counters.count(&flushed);
+                    }
+                    Some(flushed?)
+                }
                 None => None,
             };
             let deleted = self.complete_pass(&pass, flushed)?;

@@ -210,3 +210,180 @@ impl TestLog {
             .join(format!("{partition}.sqlite"))
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The REST server over a real socket, for the HTTP tests
+// ---------------------------------------------------------------------------------------------
+
+/// The REST server (`durability::http::service`) listening on an ephemeral port of 127.0.0.1,
+/// serving a [`TestLog`], with a small HTTP/1.1 client (one `Connection: close` request per
+/// connection, run on the blocking pool so the test's event loop keeps serving the partitions).
+/// Must be created inside an actix System (`#[actix::test]`); call [`TestServer::stop`] at the
+/// end of the test.
+pub struct TestServer {
+    /// The log it serves (and its configuration and folder).
+    pub log: TestLog,
+    /// Where it listens.
+    pub addr: std::net::SocketAddr,
+    /// The bearer token the helpers send, if any.
+    pub token: Option<String>,
+    handle: actix_web::dev::ServerHandle,
+}
+
+impl TestServer {
+    /// A server over a log with the test configuration that `tune` adjusts.
+    pub fn start(tune: impl FnOnce(&mut durability::Config)) -> Self {
+        let log = TestLog::with(tune);
+        let served = log.log.clone();
+        let server = actix_web::HttpServer::new(move || {
+            actix_web::App::new().configure(durability::http::service(served.clone()))
+        })
+        .workers(1)
+        .disable_signals()
+        .shutdown_timeout(1)
+        .bind("127.0.0.1:0")
+        .expect("bind 127.0.0.1:0");
+        let addr = server.addrs()[0];
+        let server = server.run();
+        let handle = server.handle();
+        actix_web::rt::spawn(server);
+        Self {
+            log,
+            addr,
+            token: None,
+            handle,
+        }
+    }
+
+    /// Stops the server (its worker threads end with it).
+    pub async fn stop(self) {
+        self.handle.stop(false).await;
+    }
+
+    /// `GET path` with the server's token: status and JSON body (`Null` when empty).
+    pub async fn get(&self, path: &str) -> (u16, serde_json::Value) {
+        self.send("GET", path, None, self.token.as_deref()).await
+    }
+
+    /// `POST path` with a JSON body.
+    pub async fn post(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.send("POST", path, Some(&body.to_string()), self.token.as_deref())
+            .await
+    }
+
+    /// `PUT path` with a JSON body.
+    pub async fn put(&self, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.send("PUT", path, Some(&body.to_string()), self.token.as_deref())
+            .await
+    }
+
+    /// `DELETE path`.
+    pub async fn delete(&self, path: &str) -> (u16, serde_json::Value) {
+        self.send("DELETE", path, None, self.token.as_deref()).await
+    }
+
+    /// Any request: `body` is sent as is (with its `Content-Length`), `token` as
+    /// `Authorization: Bearer <token>`.
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&str>,
+        token: Option<&str>,
+    ) -> (u16, serde_json::Value) {
+        let addr = self.addr;
+        let mut request =
+            format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+        if let Some(token) = token {
+            request.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        let body = body.unwrap_or("");
+        if !body.is_empty() || method != "GET" {
+            request.push_str(&format!(
+                "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                body.len()
+            ));
+        }
+        request.push_str("\r\n");
+        request.push_str(body);
+        actix_web::rt::task::spawn_blocking(move || http_exchange(addr, &request))
+            .await
+            .expect("the client task")
+    }
+}
+
+/// Sends one request on a fresh connection and reads the whole answer.
+fn http_exchange(addr: std::net::SocketAddr, request: &str) -> (u16, serde_json::Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the test server");
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
+        .expect("read timeout");
+    stream.write_all(request.as_bytes()).expect("send");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).expect("receive");
+    let split = response
+        .windows(4)
+        .position(|window| window == b"\r\n\r\n")
+        .expect("a complete HTTP head");
+    let head = String::from_utf8_lossy(&response[..split]).into_owned();
+    let mut body = response[split + 4..].to_vec();
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status line");
+    let chunked = head.lines().any(|line| {
+        let line = line.to_ascii_lowercase();
+        line.starts_with("transfer-encoding:") && line.contains("chunked")
+    });
+    if chunked {
+        body = dechunk(&body);
+    }
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&body).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(&body).into_owned())
+        })
+    };
+    (status, value)
+}
+
+/// Decodes a chunked body.
+fn dechunk(mut data: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Some(end) = data.windows(2).position(|window| window == b"\r\n") {
+        let size = std::str::from_utf8(&data[..end])
+            .ok()
+            .and_then(|line| usize::from_str_radix(line.split(';').next()?.trim(), 16).ok())
+            .unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        let start = end + 2;
+        body.extend_from_slice(&data[start..start + size]);
+        data = &data[(start + size + 2).min(data.len())..];
+    }
+    body
+}
+
+/// Every file and folder under `dir`, recursively (to check that a refused request created
+/// nothing on disk).
+pub fn files_under(dir: &std::path::Path) -> std::collections::BTreeSet<PathBuf> {
+    let mut found = std::collections::BTreeSet::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                pending.push(path.clone());
+            }
+            found.insert(path);
+        }
+    }
+    found
+}

@@ -1,0 +1,48 @@
+//! Metrics: the `GET /metrics` scrape and the middleware that times every request.
+
+use std::time::Instant;
+
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::middleware::Next;
+use actix_web::{HttpResponse, web};
+
+use super::HttpState;
+
+/// The media type of the Prometheus text format.
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// `GET /metrics`: every metric in the Prometheus text format, with the consumer-lag and lease
+/// gauges refreshed from the log first.
+pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
+    state.metrics.refresh(&state.log).await;
+    HttpResponse::Ok()
+        .content_type(TEXT_FORMAT)
+        .body(state.metrics.render())
+}
+
+/// Times every request it wraps, rejected ones included, into
+/// `durability_http_request_duration_seconds`. The route label is the matched pattern
+/// (`/topics/{topic}`), or `unmatched`, so topic names never multiply the series.
+pub async fn observe(
+    request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let started = Instant::now();
+    let metrics = request
+        .app_data::<web::Data<HttpState>>()
+        .map(|state| state.metrics.clone());
+    let method = request.method().clone();
+    let route = request
+        .match_pattern()
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let result = next.call(request).await;
+    if let Some(metrics) = metrics {
+        let status = match &result {
+            Ok(response) => response.status(),
+            Err(err) => err.as_response_error().status_code(),
+        };
+        metrics.request(method.as_str(), &route, status.as_u16(), started.elapsed());
+    }
+    result
+}

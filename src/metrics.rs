@@ -1,0 +1,397 @@
+//! Prometheus metrics of the REST server, and the text that `GET /metrics` answers.
+//!
+//! [`Metrics`] owns its own [`prometheus::Registry`] rather than the process-global one, so
+//! several servers in one process (tests) keep separate counts. Three kinds of numbers feed it:
+//!
+//! - events counted as they happen: the produce and read handlers count records and bytes, and
+//!   a middleware times every request ([`Metrics::appended`], [`Metrics::records_read`],
+//!   [`Metrics::request`]);
+//! - the log's state now, refreshed from [`Log`] at each scrape ([`Metrics::refresh`]):
+//!   consumer lag and lease counts;
+//! - cold flushes, which the stores count themselves in a
+//!   [`ColdFlushCounters`] shared by every partition (the store knows nothing of HTTP), copied
+//!   in by [`Metrics::render`].
+//!
+//! | metric | type | labels |
+//! | --- | --- | --- |
+//! | `durability_appended_records_total` | counter | `topic` |
+//! | `durability_appended_bytes_total` | counter (payload bytes) | `topic` |
+//! | `durability_read_records_total` | counter | `topic` |
+//! | `durability_consumer_lag` | gauge (`nextOffset - cursor`) | `topic`, `partition`, `group` |
+//! | `durability_leases` | gauge (lease rows) | `topic`, `partition`, `group`, `state` |
+//! | `durability_cold_flushes_total` | counter | `result` (`ok`, `error`) |
+//! | `durability_http_request_duration_seconds` | histogram | `method`, `route`, `status` |
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use prometheus::{
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::log::Log;
+use crate::store::{ColdFlushCounters, LeaseState};
+
+/// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
+/// `Metrics` can be shared by all the workers of an `HttpServer`.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    appended_records: IntCounterVec,
+    appended_bytes: IntCounterVec,
+    read_records: IntCounterVec,
+    consumer_lag: IntGaugeVec,
+    leases: IntGaugeVec,
+    cold_flushes: IntCounterVec,
+    request_duration: HistogramVec,
+    /// The stores' own counts, copied into `cold_flushes` at render time.
+    flush_counters: Arc<ColdFlushCounters>,
+    /// Held while the gauges are refilled and while the registry is rendered, so that a scrape
+    /// never shows another scrape's half-filled gauges.
+    scrape: Mutex<()>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+/// The lease states, in the order of [`state_index`].
+const LEASE_STATES: [LeaseState; 4] = [
+    LeaseState::Active,
+    LeaseState::Pending,
+    LeaseState::Acked,
+    LeaseState::Skipped,
+];
+
+fn state_index(state: LeaseState) -> usize {
+    match state {
+        LeaseState::Active => 0,
+        LeaseState::Pending => 1,
+        LeaseState::Acked => 2,
+        LeaseState::Skipped => 3,
+    }
+}
+
+/// One group's position in one partition, as a scrape found it.
+struct GroupState {
+    topic: String,
+    partition: String,
+    group: String,
+    lag: u64,
+    /// Lease rows per state (see [`LEASE_STATES`]); `None` when the topic has no leases.
+    leases: Option<[u64; 4]>,
+}
+
+impl Metrics {
+    /// Fresh metrics, all zero, reading cold flushes from `flush_counters`
+    /// ([`Log::cold_flushes`]).
+    ///
+    /// # Panics
+    /// Never in practice: it only registers fixed, valid metric names in a new registry.
+    pub fn new(flush_counters: Arc<ColdFlushCounters>) -> Self {
+        let registry = Registry::new();
+        let inner = Inner {
+            appended_records: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "durability_appended_records_total",
+                        "Records appended, per topic.",
+                    ),
+                    &["topic"],
+                ),
+            ),
+            appended_bytes: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "durability_appended_bytes_total",
+                        "Payload bytes appended, per topic.",
+                    ),
+                    &["topic"],
+                ),
+            ),
+            read_records: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "durability_read_records_total",
+                        "Records returned by reads and polls, per topic.",
+                    ),
+                    &["topic"],
+                ),
+            ),
+            consumer_lag: register(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "durability_consumer_lag",
+                        "Records between a group's cursor and the partition's next offset.",
+                    ),
+                    &["topic", "partition", "group"],
+                ),
+            ),
+            leases: register(
+                &registry,
+                IntGaugeVec::new(
+                    Opts::new(
+                        "durability_leases",
+                        "Lease rows of a group in a partition, per state.",
+                    ),
+                    &["topic", "partition", "group", "state"],
+                ),
+            ),
+            cold_flushes: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "durability_cold_flushes_total",
+                        "Segments flushed to the cold store, by result (ok, error).",
+                    ),
+                    &["result"],
+                ),
+            ),
+            request_duration: register(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "durability_http_request_duration_seconds",
+                        "Time to answer an HTTP request (long-poll waits included), per route.",
+                    ),
+                    &["method", "route", "status"],
+                ),
+            ),
+            registry,
+            flush_counters,
+            scrape: Mutex::new(()),
+        };
+        Self {
+            inner: Arc::new(inner),
+        }
+    }
+
+    /// Counts `records` records of `bytes` payload bytes appended to `topic`.
+    pub fn appended(&self, topic: &str, records: u64, bytes: u64) {
+        self.inner
+            .appended_records
+            .with_label_values(&[topic])
+            .inc_by(records);
+        self.inner
+            .appended_bytes
+            .with_label_values(&[topic])
+            .inc_by(bytes);
+    }
+
+    /// Counts `records` records returned by a read or poll of `topic` (nothing when zero, so
+    /// empty reads of unknown topics add no series).
+    pub fn records_read(&self, topic: &str, records: u64) {
+        if records > 0 {
+            self.inner
+                .read_records
+                .with_label_values(&[topic])
+                .inc_by(records);
+        }
+    }
+
+    /// Records how long a request took. `route` is the matched route pattern
+    /// (`/topics/{topic}`), never the raw path, so topic names do not multiply the series.
+    pub fn request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+        self.inner
+            .request_duration
+            .with_label_values(&[method, route, &status.to_string()])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Refills the consumer-lag and lease gauges from `log`: one series per cursor of every
+    /// written partition of every written topic, and its lease rows per state when the topic
+    /// has leases. A partition that cannot be read is left out of this scrape (and logged).
+    ///
+    /// Asks every written partition's actor (starting stopped ones, and keeping them from
+    /// idling while scrapes come more often than `partitions.idle_stop_ms`).
+    pub async fn refresh(&self, log: &Log) {
+        let groups = match collect_groups(log).await {
+            Ok(groups) => groups,
+            Err(err) => {
+                log::warn!("metrics: cannot list the topics: {err}");
+                Vec::new()
+            }
+        };
+        let _scrape = self.lock();
+        self.inner.consumer_lag.reset();
+        self.inner.leases.reset();
+        for group in groups {
+            let labels = [
+                group.topic.as_str(),
+                group.partition.as_str(),
+                group.group.as_str(),
+            ];
+            self.inner
+                .consumer_lag
+                .with_label_values(&labels)
+                .set(gauge(group.lag));
+            for (state, count) in LEASE_STATES.iter().zip(group.leases.iter().flatten()) {
+                self.inner
+                    .leases
+                    .with_label_values(&[labels[0], labels[1], labels[2], state.as_str()])
+                    .set(gauge(*count));
+            }
+        }
+    }
+
+    /// Every metric in the Prometheus text format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let _scrape = self.lock();
+        let counters = &self.inner.flush_counters;
+        catch_up(
+            &self.inner.cold_flushes.with_label_values(&["ok"]),
+            counters.flushed(),
+        );
+        catch_up(
+            &self.inner.cold_flushes.with_label_values(&["error"]),
+            counters.failed(),
+        );
+        TextEncoder::new()
+            .encode_to_string(&self.inner.registry.gather())
+            .unwrap_or_else(|err| {
+                log::error!("metrics: cannot encode: {err}");
+                String::new()
+            })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ()> {
+        // The guard protects no data, only the order of scrapes: a poisoned one is still fine.
+        self.inner
+            .scrape
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+/// Registers `metric` (built from fixed, valid names) in a registry of its own.
+fn register<M>(registry: &Registry, metric: prometheus::Result<M>) -> M
+where
+    M: prometheus::core::Collector + Clone + 'static,
+{
+    let metric = metric.expect("metric names and labels are valid");
+    registry
+        .register(Box::new(metric.clone()))
+        .expect("each metric is registered once in a fresh registry");
+    metric
+}
+
+/// Moves `counter` up to `total`, a count kept elsewhere that only grows.
+fn catch_up(counter: &IntCounter, total: u64) {
+    counter.inc_by(total.saturating_sub(counter.get()));
+}
+
+fn gauge(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Every cursor of every written partition, with its lag and (when leasing) its lease rows.
+/// The groups of every running partition. Stopped partitions are left out: a scrape every
+/// few seconds must not keep every partition awake, and a stopped one has been idle (its
+/// cursors did not move) for `idle_stop_ms`.
+async fn collect_groups(log: &Log) -> Result<Vec<GroupState>, crate::Error> {
+    let mut groups = Vec::new();
+    for id in log.running_partitions().await? {
+        let (topic, partition) = (id.topic(), id.index());
+        let leasing = log.config().topic(topic).leases.enabled;
+        match partition_groups(log, topic, partition, leasing).await {
+            Ok(found) => groups.extend(found),
+            Err(err) => log::warn!("metrics: skipping {id}: {err}"),
+        }
+    }
+    Ok(groups)
+}
+
+async fn partition_groups(
+    log: &Log,
+    topic: &str,
+    partition: u32,
+    leasing: bool,
+) -> Result<Vec<GroupState>, crate::Error> {
+    let cursors = log.cursors(topic, partition).await?;
+    if cursors.is_empty() {
+        return Ok(Vec::new());
+    }
+    let next_offset = log.bounds(topic, partition).await?.next_offset;
+    let mut groups = Vec::with_capacity(cursors.len());
+    for (group, cursor) in cursors {
+        let leases = if leasing {
+            let mut counts = [0; 4];
+            for row in log.leases(topic, partition, &group).await? {
+                counts[state_index(row.state)] += 1;
+            }
+            Some(counts)
+        } else {
+            None
+        };
+        groups.push(GroupState {
+            topic: topic.to_owned(),
+            partition: partition.to_string(),
+            lag: next_offset.saturating_sub(cursor),
+            group,
+            leases,
+        });
+    }
+    Ok(groups)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::Metrics;
+    use crate::store::ColdFlushCounters;
+
+    /// Every metric of the contract renders under its name once it has a value, with the
+    /// labels it was given; cold flushes render (at zero) before any flush.
+    #[test]
+    fn renders_every_metric_by_name() {
+        let metrics = Metrics::new(Arc::new(ColdFlushCounters::default()));
+        metrics.appended("events", 3, 42);
+        metrics.records_read("events", 2);
+        metrics.request("GET", "/topics/{topic}", 200, Duration::from_millis(3));
+        {
+            let _scrape = metrics.lock();
+            let labels = ["events", "0", "billing"];
+            metrics.inner.consumer_lag.with_label_values(&labels).set(5);
+            metrics
+                .inner
+                .leases
+                .with_label_values(&["events", "0", "billing", "active"])
+                .set(1);
+        }
+        let text = metrics.render();
+        for expected in [
+            r#"durability_appended_records_total{topic="events"} 3"#,
+            r#"durability_appended_bytes_total{topic="events"} 42"#,
+            r#"durability_read_records_total{topic="events"} 2"#,
+            r#"durability_consumer_lag{group="billing",partition="0",topic="events"} 5"#,
+            r#"durability_leases{group="billing",partition="0",state="active",topic="events"} 1"#,
+            r#"durability_cold_flushes_total{result="ok"} 0"#,
+            r#"durability_cold_flushes_total{result="error"} 0"#,
+            r#"durability_http_request_duration_seconds_count{method="GET",route="/topics/{topic}",status="200"} 1"#,
+            "# TYPE durability_http_request_duration_seconds histogram",
+        ] {
+            assert!(text.contains(expected), "missing {expected:?} in:\n{text}");
+        }
+    }
+
+    /// Reading empty pages adds no series, so unknown topics do not show up.
+    #[test]
+    fn empty_reads_add_no_series() {
+        let metrics = Metrics::new(Arc::new(ColdFlushCounters::default()));
+        metrics.records_read("nothing-here", 0);
+        assert!(!metrics.render().contains("nothing-here"));
+    }
+}

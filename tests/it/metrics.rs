@@ -1,0 +1,221 @@
+//! `GET /metrics` through the real route table (`http::service`) without sockets: what the
+//! handlers count, what a scrape reads from the log, what the stores count of cold flushes,
+//! and that the endpoint sits behind the bearer token.
+
+use std::sync::Arc;
+
+use actix_web::App;
+use actix_web::body::MessageBody;
+use actix_web::dev::{Service, ServiceResponse};
+use actix_web::http::header;
+use actix_web::test::{self, TestRequest};
+use durability::cold::{ColdStore, FailingColdStore, MemoryColdStore};
+use durability::{Config, Log};
+use serde_json::json;
+
+use crate::common::TestLog;
+
+/// Sends one request; answers its status and body.
+async fn send<S, R, B>(app: &S, request: R) -> (u16, String)
+where
+    S: Service<R, Response = ServiceResponse<B>, Error = actix_web::Error>,
+    B: MessageBody,
+{
+    let response = test::call_service(app, request).await;
+    let status = response.status().as_u16();
+    let body = test::read_body(response).await;
+    (
+        status,
+        String::from_utf8(body.to_vec()).expect("a UTF-8 body"),
+    )
+}
+
+/// Asserts that the scrape `text` has the sample `line` (name, labels and value).
+fn assert_sample(text: &str, line: &str) {
+    assert!(
+        text.lines().any(|sample| sample == line),
+        "no sample {line:?} in:\n{text}"
+    );
+}
+
+/// Appends (both produce routes), a read, a committed cursor and a lease all show up in one
+/// scrape: per-topic counters, lag and lease gauges per group, and request durations
+/// labelled by route pattern (never by topic name), with unknown paths as `unmatched`.
+#[actix::test]
+async fn scrape_reports_appends_reads_lag_leases_and_requests() {
+    let log = TestLog::with(|_| {});
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
+
+    let records = json!([{"payload": {"n": 1}}, {"payload": {"n": 2}}, {"payload": {"n": 3}}]);
+    let append = TestRequest::post()
+        .uri("/topics/events/partitions/0/records")
+        .set_json(&records)
+        .to_request();
+    assert!(matches!(send(&app, append).await, (202, _)));
+    let events = json!([
+        {"partitionKey": "a", "payload": "x"},
+        {"partitionKey": "b", "payload": "yy"},
+    ]);
+    let produce = TestRequest::post()
+        .uri("/topics/orders/records")
+        .set_json(&events)
+        .to_request();
+    assert!(matches!(send(&app, produce).await, (202, _)));
+    let read = TestRequest::get()
+        .uri("/topics/events/partitions/0/records?from=0")
+        .to_request();
+    assert!(matches!(send(&app, read).await, (200, _)));
+    let commit = TestRequest::put()
+        .uri("/topics/events/partitions/0/cursors/billing")
+        .set_json(json!({"offset": 1}))
+        .to_request();
+    assert!(matches!(send(&app, commit).await, (200, _)));
+    let lease = TestRequest::post()
+        .uri("/topics/events/partitions/0/groups/billing/leases?limit=1")
+        .to_request();
+    assert!(matches!(send(&app, lease).await, (200, _)));
+    let unknown = TestRequest::get().uri("/no/such/route").to_request();
+    assert!(matches!(send(&app, unknown).await, (404, _)));
+
+    let scrape = TestRequest::get().uri("/metrics").to_request();
+    let (status, text) = send(&app, scrape).await;
+    assert_eq!(status, 200);
+    assert_sample(
+        &text,
+        r#"durability_appended_records_total{topic="events"} 3"#,
+    );
+    // `{"n":1}` is 7 bytes of stored payload text; `"x"` and `"yy"` are 3 and 4.
+    assert_sample(
+        &text,
+        r#"durability_appended_bytes_total{topic="events"} 21"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_appended_records_total{topic="orders"} 2"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_appended_bytes_total{topic="orders"} 7"#,
+    );
+    assert_sample(&text, r#"durability_read_records_total{topic="events"} 3"#);
+    assert_sample(
+        &text,
+        r#"durability_consumer_lag{group="billing",partition="0",topic="events"} 2"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_leases{group="billing",partition="0",state="active",topic="events"} 1"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_leases{group="billing",partition="0",state="pending",topic="events"} 0"#,
+    );
+    assert_sample(&text, r#"durability_cold_flushes_total{result="ok"} 0"#);
+    assert_sample(&text, r#"durability_cold_flushes_total{result="error"} 0"#);
+    assert_sample(
+        &text,
+        r#"durability_http_request_duration_seconds_count{method="POST",route="/topics/{topic}/partitions/{partition}/records",status="202"} 1"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_http_request_duration_seconds_count{method="GET",route="/topics/{topic}/partitions/{partition}/records",status="200"} 1"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_http_request_duration_seconds_count{method="GET",route="unmatched",status="404"} 1"#,
+    );
+    assert!(text.contains("# TYPE durability_http_request_duration_seconds histogram"));
+
+    // Gauges are refilled, not accumulated: a second scrape after an ack shows the new state.
+    let cursor = log.log.cursor("events", 0, "billing").await.unwrap();
+    assert!(matches!(cursor, Some(1)));
+    let batch = log.log.leases("events", 0, "billing").await.unwrap()[0]
+        .batch_id
+        .clone();
+    log.log.ack("events", 0, "billing", &batch).await.unwrap();
+    let scrape = TestRequest::get().uri("/metrics").to_request();
+    let (_, text) = send(&app, scrape).await;
+    assert_sample(
+        &text,
+        r#"durability_consumer_lag{group="billing",partition="0",topic="events"} 1"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_leases{group="billing",partition="0",state="active",topic="events"} 0"#,
+    );
+}
+
+/// With a token configured, `/metrics` answers 401 without it and the text format with it.
+#[actix::test]
+async fn scrape_requires_the_token() {
+    let log = TestLog::with(|config| config.server.auth_token = "s3cret".into());
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
+
+    let anonymous = TestRequest::get().uri("/metrics").to_request();
+    let (status, body) = send(&app, anonymous).await;
+    assert_eq!(status, 401);
+    assert!(!body.contains("durability_"));
+
+    let response = test::call_service(
+        &app,
+        TestRequest::get()
+            .uri("/metrics")
+            .insert_header((header::AUTHORIZATION, "Bearer s3cret"))
+            .to_request(),
+    )
+    .await;
+    assert_eq!(response.status().as_u16(), 200);
+    let content_type = response.headers().get(header::CONTENT_TYPE).unwrap();
+    assert!(content_type.to_str().unwrap().starts_with("text/plain"));
+    let text = String::from_utf8(test::read_body(response).await.to_vec()).unwrap();
+    // The refused scrape was still timed.
+    assert_sample(
+        &text,
+        r#"durability_http_request_duration_seconds_count{method="GET",route="/metrics",status="401"} 1"#,
+    );
+}
+
+/// Every partition's store counts its cold flushes into the log's shared counters, by result:
+/// a trim while the cold store is down counts an error, the retried trim an `ok`.
+#[actix::test]
+async fn cold_flushes_are_counted_by_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::for_tests(dir.path());
+    config.retention.max_records = 1;
+    let cold = Arc::new(FailingColdStore::new(Arc::new(MemoryColdStore::new())));
+    let log = Log::builder(config)
+        .cold_store(Some(cold.clone() as Arc<dyn ColdStore>))
+        .open()
+        .unwrap();
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.clone()))).await;
+
+    let records = json!([{"payload": 1}, {"payload": 2}]);
+    let append = TestRequest::post()
+        .uri("/topics/events/partitions/0/records")
+        .set_json(&records)
+        .to_request();
+    assert!(matches!(send(&app, append).await, (202, _)));
+    cold.go_down();
+    let trim = TestRequest::post()
+        .uri("/topics/events/partitions/0/trim")
+        .to_request();
+    assert!(matches!(send(&app, trim).await, (503, _)));
+    cold.recover();
+    let trim = TestRequest::post()
+        .uri("/topics/events/partitions/0/trim")
+        .to_request();
+    let (status, body) = send(&app, trim).await;
+    assert_eq!((status, body.as_str()), (200, r#"{"removed":1}"#));
+
+    let scrape = TestRequest::get().uri("/metrics").to_request();
+    let (_, text) = send(&app, scrape).await;
+    assert_sample(&text, r#"durability_cold_flushes_total{result="ok"} 1"#);
+    assert_sample(&text, r#"durability_cold_flushes_total{result="error"} 1"#);
+    assert!(matches!(
+        (log.cold_flushes().flushed(), log.cold_flushes().failed()),
+        (1, 1)
+    ));
+}
