@@ -1,7 +1,7 @@
 //! `Log`: the cloneable handle applications (and the HTTP server) use.
 //!
 //! It validates names and partition indexes, routes each operation to its partition's actor
-//! through the [`PartitionRegistry`](crate::registry), and answers reads of partitions that
+//! through the `PartitionRegistry` actor, and answers reads of partitions that
 //! were never written without creating them. Every method is `async` and needs a running
 //! actix `System` (`#[actix::main]` / `#[actix_web::main]`).
 

@@ -3,7 +3,7 @@
 //! [`ColdStore`] is a small object-safe async trait over opaque bytes keyed by [`SegmentKey`];
 //! it knows nothing of SQLite, records or actors. Implementations: [`FsColdStore`] (a local
 //! folder, the default), [`S3ColdStore`] (any S3-compatible object store), and, for tests,
-//! [`MemoryColdStore`] and [`FailingColdStore`].
+//! `MemoryColdStore` and `FailingColdStore` (feature `test-util`).
 //!
 //! Every `put` is create-only: an existing object is never overwritten. That is what makes a
 //! retried flush safe (the caller compares the existing object with its own).

@@ -109,7 +109,7 @@ impl StoreOptions {
         self
     }
 
-    /// Sets the clock (tests pass a [`ManualClock`](crate::clock::ManualClock)).
+    /// Sets the clock (tests pass a `ManualClock`, feature `test-util`).
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
