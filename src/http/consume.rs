@@ -52,8 +52,31 @@ pub fn records_json(records: Vec<Record>) -> Vec<RecordJson> {
     records.into_iter().map(RecordJson::from).collect()
 }
 
-fn page_json(page: Page) -> serde_json::Value {
-    json!({ "records": records_json(page.records), "nextOffset": page.next_offset, "lag": page.lag })
+/// A page as the API shows it. Responses holding records are typed structs, never a
+/// `serde_json::Value`: payloads are written verbatim, so any JSON text the server accepted
+/// (even one a `Value` cannot hold, such as a lone surrogate escape) reads back.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PageJson {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partition: Option<usize>,
+    records: Vec<RecordJson>,
+    next_offset: u64,
+    lag: u64,
+}
+
+fn page_json(page: Page, partition: Option<usize>) -> PageJson {
+    PageJson {
+        partition,
+        records: records_json(page.records),
+        next_offset: page.next_offset,
+        lag: page.lag,
+    }
+}
+
+#[derive(Serialize)]
+struct PollJson {
+    partitions: Vec<PageJson>,
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/records?from=&limit=&waitMs=`.
@@ -90,7 +113,7 @@ pub async fn read(
         .await?;
     let read = page.records.len() as u64;
     state.metrics.records_read(&topic, read);
-    Ok(HttpResponse::Ok().json(page_json(page)))
+    Ok(HttpResponse::Ok().json(page_json(page, None)))
 }
 
 /// `GET /topics/{topic}/groups/{group}/poll?limit=&waitMs=`.
@@ -128,16 +151,9 @@ pub async fn poll(
     let partitions: Vec<_> = pages
         .into_iter()
         .enumerate()
-        .map(|(partition, page)| {
-            json!({
-                "partition": partition,
-                "records": records_json(page.records),
-                "nextOffset": page.next_offset,
-                "lag": page.lag,
-            })
-        })
+        .map(|(partition, page)| page_json(page, Some(partition)))
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "partitions": partitions })))
+    Ok(HttpResponse::Ok().json(PollJson { partitions }))
 }
 
 #[derive(Deserialize, ToSchema)]

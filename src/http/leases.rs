@@ -12,16 +12,32 @@ use super::schema;
 use super::{ApiError, HttpState};
 use crate::store::Lease;
 
-fn lease_json(lease: Lease) -> Value {
-    json!({
-        "batchId": lease.batch_id,
-        "group": lease.group,
-        "firstOffset": lease.first_offset,
-        "lastOffset": lease.last_offset,
-        "attempt": lease.attempt,
-        "expiresAt": lease.expires_at,
-        "records": records_json(lease.records),
-    })
+/// A lease as the API shows it (typed, so payloads are written verbatim; see `PageJson`).
+#[derive(serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct LeaseJson {
+    batch_id: String,
+    group: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partition: Option<u32>,
+    first_offset: u64,
+    last_offset: u64,
+    attempt: u32,
+    expires_at: i64,
+    records: Vec<super::consume::RecordJson>,
+}
+
+fn lease_json(lease: Lease, partition: Option<u32>) -> LeaseJson {
+    LeaseJson {
+        batch_id: lease.batch_id,
+        group: lease.group,
+        partition,
+        first_offset: lease.first_offset,
+        last_offset: lease.last_offset,
+        attempt: lease.attempt,
+        expires_at: lease.expires_at,
+        records: records_json(lease.records),
+    }
 }
 
 /// `POST /topics/{topic}/partitions/{partition}/groups/{group}/leases?limit=`: `200` with the
@@ -55,7 +71,7 @@ pub async fn claim(
     let index = partition(&index)?;
     let limit = Query::parse(request.query_string())?.limit()?;
     Ok(match state.log.lease(&topic, index, &group, limit).await? {
-        Some(lease) => HttpResponse::Ok().json(lease_json(lease)),
+        Some(lease) => HttpResponse::Ok().json(lease_json(lease, None)),
         None => HttpResponse::NoContent().finish(),
     })
 }
@@ -91,9 +107,7 @@ pub async fn claim_any(
     let partitions = state.log.partitions(&topic)?;
     for index in 0..partitions {
         if let Some(lease) = state.log.lease(&topic, index, &group, limit).await? {
-            let mut body = lease_json(lease);
-            body["partition"] = json!(index);
-            return Ok(HttpResponse::Ok().json(body));
+            return Ok(HttpResponse::Ok().json(lease_json(lease, Some(index))));
         }
     }
     Ok(HttpResponse::NoContent().finish())

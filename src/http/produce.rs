@@ -68,12 +68,15 @@ pub async fn events(
         .sum();
     let events = events
         .into_iter()
-        .map(|event| Event {
-            partition_key: event.partition_key,
-            key: event.key,
-            payload: event.payload.get().to_owned(),
+        .enumerate()
+        .map(|(index, event)| {
+            Ok(Event {
+                partition_key: event.partition_key,
+                key: event.key,
+                payload: payload_text(&event.payload, index)?,
+            })
         })
-        .collect();
+        .collect::<Result<_, ApiError>>()?;
     match state.log.append_events(&topic, events).await? {
         EventsOutcome::Appended(placed) => {
             state.metrics.appended(&topic, placed.len() as u64, bytes);
@@ -121,11 +124,14 @@ pub async fn records(
         .sum();
     let records = records
         .into_iter()
-        .map(|record| NewRecord {
-            key: record.key,
-            payload: record.payload.get().to_owned(),
+        .enumerate()
+        .map(|(index, record)| {
+            Ok(NewRecord {
+                key: record.key,
+                payload: payload_text(&record.payload, index)?,
+            })
         })
-        .collect();
+        .collect::<Result<_, ApiError>>()?;
     let appended = state.log.append(&topic, index, records).await?;
     match appended.outcome {
         AppendOutcome::Appended { offsets } => {
@@ -134,4 +140,16 @@ pub async fn records(
         }
         AppendOutcome::Rejected(rejection) => Err(rejection.into()),
     }
+}
+
+/// The stored text of a payload. JSON that common parsers cannot hold (a lone surrogate
+/// escape, a number beyond the `f64` range) is refused, so every stored payload reads back as
+/// the same value in any client.
+fn payload_text(payload: &RawValue, index: usize) -> Result<String, ApiError> {
+    serde_json::from_str::<serde_json::Value>(payload.get()).map_err(|err| {
+        ApiError::invalid_request(format!(
+            "record {index}: payload is not portable JSON: {err}"
+        ))
+    })?;
+    Ok(payload.get().to_owned())
 }

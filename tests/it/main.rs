@@ -6,6 +6,8 @@ mod cold;
 mod cold_faults;
 mod common;
 mod config;
+mod crash;
+mod fuzz;
 mod http;
 mod http_errors;
 mod leases;
