@@ -173,6 +173,22 @@ impl Tail {
     }
 }
 
+/// The thread pool that every reader pool uses for its maintenance (opening idle connections,
+/// reaping old ones): shared, so the thread count does not grow with partitions.
+fn reader_maintenance() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
+    static POOL: std::sync::OnceLock<Arc<scheduled_thread_pool::ScheduledThreadPool>> =
+        std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        Arc::new(
+            scheduled_thread_pool::ScheduledThreadPool::builder()
+                .num_threads(2)
+                .thread_name_pattern("durability-readers-{}")
+                .build(),
+        )
+    })
+    .clone()
+}
+
 /// One partition's log in one SQLite database (WAL mode). See the module docs.
 #[derive(Debug)]
 pub struct LogStore {
@@ -224,6 +240,7 @@ impl LogStore {
             .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
             .with_init(|conn| conn.busy_timeout(BUSY_TIMEOUT));
         let readers = r2d2::Pool::builder()
+            .thread_pool(reader_maintenance())
             .max_size(MAX_READERS)
             .min_idle(Some(1))
             .build(manager)?;
