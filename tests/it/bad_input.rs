@@ -2,14 +2,11 @@
 //! in the JSON error shape, and afterwards the data folder holds no new file and the written
 //! partition's bounds and cursors are unchanged.
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::Method;
 use actix_web::{App, test};
 use durability::store::NewRecord;
-use serde_json::Value;
 
-use crate::common::{TestLog, files_under};
+use crate::common::{TestLog, files_under, respond};
 
 /// One bad request and the answer the contract promises.
 struct Case {
@@ -30,20 +27,6 @@ fn case(method: Method, uri: &str, body: Option<&str>, status: u16, code: &'stat
         status,
         code,
     }
-}
-
-async fn respond<S, R, B>(app: &S, request: R) -> (u16, Value)
-where
-    S: Service<R, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
-{
-    let response = test::call_service(app, request).await;
-    let status = response.status().as_u16();
-    let bytes = test::read_body(response).await;
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
 }
 
 fn build(case: &Case) -> test::TestRequest {

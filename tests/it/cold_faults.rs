@@ -8,14 +8,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{Service, ServiceResponse};
 use actix_web::{App, test};
 use durability::cold::{ColdStore, FailingColdStore, S3ColdStore, S3Settings, SegmentKey};
 use durability::{Config, Log};
 use serde_json::{Value, json};
 
 use crate::common::fresh_s3_bucket;
+use crate::common::respond;
 
 /// A log whose cold tier is `cold`, retention keeping 1 hot record, served in-process.
 fn log_with(dir: &std::path::Path, cold: Arc<dyn ColdStore>) -> Log {
@@ -38,20 +37,6 @@ fn request(method: &str, path: &str, body: Option<Value>) -> test::TestRequest {
         Some(body) => request.set_json(body),
         None => request,
     }
-}
-
-async fn respond<S, R, B>(app: &S, request: R) -> (u16, Value)
-where
-    S: Service<R, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
-{
-    let response = test::call_service(app, request).await;
-    let status = response.status().as_u16();
-    let bytes = test::read_body(response).await;
-    (
-        status,
-        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-    )
 }
 
 /// `call!(app, method, path[, body])`: status and JSON body.

@@ -387,3 +387,27 @@ pub fn files_under(dir: &std::path::Path) -> std::collections::BTreeSet<PathBuf>
     }
     found
 }
+
+/// Sends `request` to an in-process service (`actix_web::test::init_service`): status and JSON
+/// body (`Null` when empty, a JSON string when not JSON).
+pub async fn respond<S, R, B>(app: &S, request: R) -> (u16, serde_json::Value)
+where
+    S: actix_web::dev::Service<
+            R,
+            Response = actix_web::dev::ServiceResponse<B>,
+            Error = actix_web::Error,
+        >,
+    B: actix_web::body::MessageBody,
+{
+    let response = actix_web::test::call_service(app, request).await;
+    let status = response.status().as_u16();
+    let bytes = actix_web::test::read_body(response).await;
+    let value = if bytes.iter().all(u8::is_ascii_whitespace) {
+        serde_json::Value::Null
+    } else {
+        serde_json::from_slice(&bytes).unwrap_or_else(|_| {
+            serde_json::Value::String(String::from_utf8_lossy(&bytes).into_owned())
+        })
+    };
+    (status, value)
+}

@@ -33,7 +33,7 @@ use proptest::test_runner::{
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::common::{ReadNow, TestLog, TestStore, block_on, files_under};
+use crate::common::{ReadNow, TestLog, TestStore, block_on, files_under, respond};
 
 /// The seed of the fuzz runs when `DURABILITY_FUZZ_SEED` does not name one: a fixed seed keeps
 /// a CI run reproducible; set the variable to explore further.
@@ -982,25 +982,6 @@ fn fuzz_request() -> impl Strategy<Value = FuzzRequest> {
 // ---------------------------------------------------------------------------------------------
 // The server under fuzz
 // ---------------------------------------------------------------------------------------------
-
-/// Sends `request` to the service: status and JSON body (`Null` when empty, a JSON string
-/// when not JSON).
-async fn respond<S, R, B>(app: &S, request: R) -> (u16, Value)
-where
-    S: Service<R, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
-{
-    let response = actix_test::call_service(app, request).await;
-    let status = response.status().as_u16();
-    let bytes = actix_test::read_body(response).await;
-    let value = if bytes.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-    };
-    (status, value)
-}
 
 /// The partitions that 2xx writes have created (or that setup wrote), by topic.
 #[derive(Debug, Default)]

@@ -5,14 +5,12 @@
 
 use std::time::{Duration, Instant};
 
-use actix_web::body::MessageBody;
-use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::Method;
 use actix_web::{App, test};
 use durability::store::{AppendOutcome, NewRecord};
 use serde_json::{Value, json};
 
-use crate::common::{TestLog, files_under};
+use crate::common::{TestLog, files_under, respond};
 
 /// `call!(app, method, uri, body)`: sends a request (`body`: an optional JSON text) to the
 /// service and answers its status and JSON body (`Null` when empty).
@@ -31,24 +29,6 @@ fn build(method: Method, uri: &str, body: Option<&str>) -> test::TestRequest {
             .set_payload(body.to_owned());
     }
     request
-}
-
-/// Sends `request` to the service: status and JSON body (`Null` when empty).
-async fn respond<S, R, B>(app: &S, request: R) -> (u16, Value)
-where
-    S: Service<R, Response = ServiceResponse<B>, Error = actix_web::Error>,
-    B: MessageBody,
-{
-    let response = test::call_service(app, request).await;
-    let status = response.status().as_u16();
-    let bytes = test::read_body(response).await;
-    let value = if bytes.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        serde_json::from_slice(&bytes)
-            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()))
-    };
-    (status, value)
 }
 
 /// Asserts that `answer` is the contract's error shape with this status and code, and
