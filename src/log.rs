@@ -416,22 +416,14 @@ impl Log {
         wait: Duration,
     ) -> Result<Page, Error> {
         let id = self.partition(topic, partition)?;
-        let deadline = Instant::now() + wait;
         let signal = self.inner.signals.partition(&id);
-        loop {
-            // Registered before reading, so a commit between the read and the wait still wakes it.
-            let appended = signal.notified();
-            tokio::pin!(appended);
-            appended.as_mut().enable();
-            let page = self.read(topic, partition, from, limit).await?;
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if !page.records.is_empty() || remaining.is_zero() {
-                return Ok(page);
-            }
-            if actix::clock::timeout(remaining, appended).await.is_err() {
-                return self.read(topic, partition, from, limit).await;
-            }
-        }
+        until_records(
+            &signal,
+            wait,
+            async || self.read(topic, partition, from, limit).await,
+            |page| !page.records.is_empty(),
+        )
+        .await
     }
 
     /// Reads every partition of `topic` from `group`'s cursor (or the oldest readable offset
@@ -453,25 +445,19 @@ impl Log {
         if limit == Some(0) {
             return Err(StoreError::InvalidLimit.into());
         }
-        let deadline = Instant::now() + wait;
         let signal = self.inner.signals.topic(topic);
-        loop {
-            let appended = signal.notified();
-            tokio::pin!(appended);
-            appended.as_mut().enable();
+        let read_all = async || {
             let mut pages = Vec::with_capacity(partitions as usize);
             for partition in 0..partitions {
                 let cursor = self.cursor(topic, partition, group).await?;
                 pages.push(self.read(topic, partition, cursor, limit).await?);
             }
-            let remaining = deadline.saturating_duration_since(Instant::now());
-            if pages.iter().any(|page| !page.records.is_empty()) || remaining.is_zero() {
-                return Ok(pages);
-            }
-            if actix::clock::timeout(remaining, appended).await.is_err() {
-                return Ok(pages);
-            }
-        }
+            Ok(pages)
+        };
+        until_records(&signal, wait, read_all, |pages: &Vec<Page>| {
+            pages.iter().any(|page| !page.records.is_empty())
+        })
+        .await
     }
 
     /// Commits `group`'s position in a partition (forward only); answers the cursor in effect.
@@ -487,21 +473,24 @@ impl Log {
     ) -> Result<u64, Error> {
         let id = self.partition(topic, partition)?;
         validate_group(group)?;
-        if offset > 0 && !self.exists(&id).await? {
-            return Err(StoreError::InvalidOffset {
-                offset,
-                next_offset: 0,
-            }
-            .into());
-        }
         let commit = partition::Commit {
             group: group.to_owned(),
             offset,
         };
-        Ok(self
-            .call(&id, true, commit)
-            .await?
-            .expect("a write always finds its partition"))
+        // A partition never written can only take a commit of 0 (its next offset); only that
+        // commit creates it.
+        match self.call(&id, false, commit.clone()).await? {
+            Some(cursor) => Ok(cursor),
+            None if offset > 0 => Err(StoreError::InvalidOffset {
+                offset,
+                next_offset: 0,
+            }
+            .into()),
+            None => Ok(self
+                .call(&id, true, commit)
+                .await?
+                .expect("a write always finds its partition")),
+        }
     }
 
     /// `group`'s committed position in a partition, if any.
@@ -810,18 +799,6 @@ impl Log {
         Ok(self.inner.registry.send(Shutdown).await?)
     }
 
-    async fn exists(&self, id: &PartitionId) -> Result<bool, Error> {
-        Ok(self
-            .inner
-            .registry
-            .send(Locate {
-                id: id.clone(),
-                create: false,
-            })
-            .await??
-            .is_some())
-    }
-
     fn leasing_partition(
         &self,
         topic: &str,
@@ -842,6 +819,30 @@ fn not_held(batch_id: &str) -> Error {
         batch_id: batch_id.to_owned(),
     }
     .into()
+}
+
+/// Calls `read` until its answer holds records (`found`) or `wait` has passed, sleeping on
+/// `signal` in between: the one long-poll rule for reads and group polls. The wake-up is
+/// registered before each read, so a commit between the read and the wait still wakes it.
+async fn until_records<T>(
+    signal: &tokio::sync::Notify,
+    wait: Duration,
+    mut read: impl AsyncFnMut() -> Result<T, Error>,
+    found: impl Fn(&T) -> bool,
+) -> Result<T, Error> {
+    let deadline = Instant::now() + wait;
+    loop {
+        let appended = signal.notified();
+        tokio::pin!(appended);
+        appended.as_mut().enable();
+        let answer = read().await?;
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if found(&answer) || remaining.is_zero() {
+            return Ok(answer);
+        }
+        // Woken or timed out, read again: after the deadline that read is the answer.
+        let _ = actix::clock::timeout(remaining, appended).await;
+    }
 }
 
 /// Waits for every future; a small local stand-in for `futures::future::join_all`.
