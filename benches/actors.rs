@@ -30,8 +30,15 @@ fn main() {
         .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
         .unwrap();
 
-    let raw = raw_batched_inserts(&root.path().join("raw.sqlite"), 100, budget);
-    let raw_50 = raw_batched_inserts(&root.path().join("raw-50.sqlite"), 50, budget);
+    // `BENCH_CASE=50x1` runs only 50 producers on 1 partition (for profiling).
+    let only = std::env::var("BENCH_CASE").ok();
+    let raw_budget = if only.is_some() {
+        Duration::from_millis(10)
+    } else {
+        budget
+    };
+    let raw = raw_batched_inserts(&root.path().join("raw.sqlite"), 100, raw_budget);
+    let raw_50 = raw_batched_inserts(&root.path().join("raw-50.sqlite"), 50, raw_budget);
     println!(
         "Durable (sync = full) single-record appends of 100 B through typed messages, {seconds} s each\n"
     );
@@ -47,6 +54,12 @@ fn main() {
     for partitions in [1u32, 8] {
         for producers in [1usize, 8, 50] {
             run += 1;
+            if only
+                .as_ref()
+                .is_some_and(|only| *only != format!("{producers}x{partitions}"))
+            {
+                continue;
+            }
             let dir = root.path().join(format!("log-{run}"));
             let (rate, grouped) =
                 actix::System::new().block_on(appends(dir, partitions, producers, budget));

@@ -143,9 +143,25 @@ impl PartitionActor {
                 .map(move |result, act, ctx| {
                     act.committing = false;
                     act.answer(&id, replies, result);
-                    act.flush(ctx);
+                    act.flush_after_callers(ctx);
                     act.notify_drained();
                 }),
+        );
+    }
+
+    /// Starts the next group commit once the callers just answered have had their turn on this
+    /// event loop: those who append again right away join the group. Without this, a closed
+    /// loop of producers splits into groups that alternate, each paying its own fsync, and
+    /// the stragglers of one commit make the next one small.
+    fn flush_after_callers(&mut self, ctx: &mut Context<Self>) {
+        if self.flush_scheduled || self.queued.borrow().is_empty() {
+            return;
+        }
+        self.flush_scheduled = true;
+        ctx.spawn(
+            tokio::task::yield_now()
+                .into_actor(self)
+                .map(|(), act, ctx| act.flush(ctx)),
         );
     }
 

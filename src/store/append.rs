@@ -139,12 +139,17 @@ impl LogStore {
         self.write(|tx, tail| {
             // Taken under the writer lock, so later offsets never get earlier timestamps.
             let appended_at = self.now_ms();
+            // Prepared once for the whole group: a group may hold hundreds of batches.
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO records (offset, dedup_key, payload, bytes, end_bytes, appended_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?;
             batches
                 .iter()
                 .zip(checks)
                 .map(|(batch, check)| match check {
                     Some(rejection) => Ok(AppendOutcome::Rejected(rejection)),
-                    None => insert_batch(tx, tail, batch.as_ref(), appended_at)
+                    None => insert_batch(tx, &mut insert, tail, batch.as_ref(), appended_at)
                         .map(|offsets| AppendOutcome::Appended { offsets }),
                 })
                 .collect()
@@ -197,14 +202,11 @@ pub fn check_batch(
 /// Writes one validated batch inside `tx`, returning each input record's offset.
 fn insert_batch(
     tx: &Transaction<'_>,
+    insert: &mut rusqlite::CachedStatement<'_>,
     tail: &mut Tail,
     batch: &[NewRecord],
     appended_at: i64,
 ) -> Result<Vec<u64>, StoreError> {
-    let mut insert = tx.prepare_cached(
-        "INSERT INTO records (offset, dedup_key, payload, bytes, end_bytes, appended_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
     let mut seen_in_batch: HashMap<&str, u64> = HashMap::new();
     let mut offsets = Vec::with_capacity(batch.len());
     for record in batch {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, params};
 
-use super::{LogStore, StoreError, read::bounds_in};
+use super::{LogStore, StoreError};
 use crate::names::validate_group;
 
 impl LogStore {
@@ -97,12 +97,13 @@ impl LogStore {
     /// # Errors
     /// A storage failure.
     pub fn pending_deliveries(&self) -> Result<u64, StoreError> {
-        self.snapshot(|tx| {
-            let next_offset = bounds_in(tx)?.next_offset;
-            let slowest: Option<u64> = tx
-                .prepare_cached("SELECT MIN(offset) FROM cursors")?
-                .query_row([], |row| row.get(0))?;
-            Ok(slowest.map_or(0, |slowest| next_offset.saturating_sub(slowest)))
-        })
+        // On the writer's connection: the log's end is in memory there, and the query needs no
+        // pooled connection or snapshot (this runs after every group commit).
+        let writer = self.lock_writer();
+        let slowest: Option<u64> = writer
+            .conn
+            .prepare_cached("SELECT MIN(offset) FROM cursors")?
+            .query_row([], |row| row.get(0))?;
+        Ok(slowest.map_or(0, |slowest| writer.tail.next_offset.saturating_sub(slowest)))
     }
 }
