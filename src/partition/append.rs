@@ -175,10 +175,7 @@ impl PartitionActor {
         self.stats.appends += replies.len() as u64;
         match result {
             Ok((outcomes, pending)) => {
-                if outcomes
-                    .iter()
-                    .any(|outcome| matches!(outcome, AppendOutcome::Appended { .. }))
-                {
+                if outcomes.iter().any(AppendOutcome::is_appended) {
                     self.stats.commits += 1;
                     for signal in &self.setup.appended {
                         signal.notify_waiters();

@@ -19,8 +19,18 @@ pub struct Read {
 impl Handler<Read> for PartitionActor {
     type Result = ResponseFuture<Result<Page, Error>>;
 
+    /// Runs on the actor's own event loop, not the writer thread: a hot page is one short
+    /// query on a pooled read connection (it never waits for a commit, since WAL readers do
+    /// not block), so the two thread switches would cost more than the query. Cold read-back
+    /// awaits the cold store without blocking.
     fn handle(&mut self, read: Read, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, move |store| async move {
+        let store = match self.store(ctx) {
+            Ok(store) => store,
+            Err(err) => return Box::pin(async move { Err(err) }),
+        };
+        let in_flight = self.begin_async();
+        Box::pin(async move {
+            let _in_flight = in_flight;
             Ok(store.read(read.from, read.limit).await?)
         })
     }

@@ -51,6 +51,13 @@ pub enum AppendOutcome {
     Rejected(AppendRejection),
 }
 
+impl AppendOutcome {
+    /// Whether the batch was appended (not refused).
+    pub fn is_appended(&self) -> bool {
+        matches!(self, Self::Appended { .. })
+    }
+}
+
 /// Why a batch was refused. These are answers, not failures: nothing was written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
