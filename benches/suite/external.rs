@@ -1,0 +1,185 @@
+//! Programs outside this process: the peer (Redis Streams with `appendfsync always`), the
+//! `durability` server, and `wrk` as the closed-loop HTTP load generator.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A child process stopped (killed) when dropped.
+pub struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Whether `program` can be run.
+pub fn installed(program: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {program}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// A port nobody listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn wait_for(address: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(address).is_err() {
+        assert!(Instant::now() < deadline, "nothing listens on {address}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Starts `redis-server` on a free port with an append-only file fsynced on every write.
+pub fn redis(dir: &Path) -> (Running, u16) {
+    std::fs::create_dir_all(dir).unwrap();
+    let port = free_port();
+    let child = Command::new("redis-server")
+        .args([
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+        ])
+        .args(["--appendonly", "yes", "--appendfsync", "always"])
+        .arg("--dir")
+        .arg(dir)
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("redis-server");
+    wait_for(SocketAddr::from(([127, 0, 0, 1], port)));
+    (Running(child), port)
+}
+
+/// `XADD` of one field holding `value` from `clients` clients, `pipeline` commands in flight
+/// per client, for about `budget`; answers operations per second (redis-benchmark's figure).
+pub fn redis_xadd(
+    port: u16,
+    clients: usize,
+    pipeline: usize,
+    value: &str,
+    budget: Duration,
+) -> f64 {
+    // redis-benchmark stops after a request count: aim at `budget` from a short probe.
+    let probe = 20_000 * pipeline.min(4);
+    let probe_rate = run_redis_benchmark(port, clients, pipeline, probe, value);
+    let requests = ((probe_rate * budget.as_secs_f64()) as usize).max(probe);
+    run_redis_benchmark(port, clients, pipeline, requests, value)
+}
+
+fn run_redis_benchmark(
+    port: u16,
+    clients: usize,
+    pipeline: usize,
+    requests: usize,
+    value: &str,
+) -> f64 {
+    let output = Command::new("redis-benchmark")
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(["-c", &clients.to_string(), "-P", &pipeline.to_string()])
+        .args(["-n", &requests.to_string(), "--csv"])
+        .args(["XADD", "bench", "*", "f", value])
+        .output()
+        .expect("redis-benchmark");
+    let csv = String::from_utf8_lossy(&output.stdout);
+    // "test","rps",...: the second line's second field.
+    csv.lines()
+        .nth(1)
+        .and_then(|line| line.split(',').nth(1))
+        .and_then(|field| field.trim_matches('"').parse().ok())
+        .unwrap_or_else(|| panic!("unexpected redis-benchmark output: {csv}"))
+}
+
+/// Starts the `durability` server binary on a free port: `sync = full`, no retention limit, no
+/// cold tier, data in `dir`.
+pub fn server(binary: &Path, dir: &Path) -> (Running, SocketAddr) {
+    let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
+    let child = Command::new(binary)
+        .env("DURABILITY__SERVER__BIND", address.to_string())
+        .env("DURABILITY__STORAGE__DATA_DIR", dir.join("data"))
+        .env("DURABILITY__STORAGE__SYNC", "full")
+        .env("DURABILITY__COLD__KIND", "none")
+        .env("DURABILITY__RETENTION__MAX_AGE_MS", "0")
+        .env("DURABILITY__RETENTION__MAX_BYTES", "0")
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|err| panic!("cannot start {}: {err}", binary.display()));
+    wait_for(address);
+    (Running(child), address)
+}
+
+/// What `wrk` measured.
+pub struct Wrk {
+    pub requests_per_second: f64,
+}
+
+/// Runs `wrk` against `url` with `connections` connections for `budget`, the request built by
+/// the Lua `script`; fails on any non-2xx answer.
+pub fn wrk(url: &str, connections: usize, script: &Path, budget: Duration) -> Wrk {
+    let output = Command::new("wrk")
+        .args(["-t2", &format!("-c{connections}")])
+        .arg(format!("-d{}s", budget.as_secs_f64().ceil().max(1.0)))
+        .arg("-s")
+        .arg(script)
+        .arg(url)
+        .output()
+        .expect("wrk");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !text.contains("Non-2xx") && !text.contains("Socket errors"),
+        "wrk saw failures:\n{text}"
+    );
+    let requests_per_second = text
+        .lines()
+        .find_map(|line| line.strip_prefix("Requests/sec:"))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or_else(|| panic!("unexpected wrk output:\n{text}"));
+    Wrk {
+        requests_per_second,
+    }
+}
+
+/// A wrk script POSTing `body`.
+pub fn post_script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    let body_file = dir.join(format!("{name}.json"));
+    std::fs::write(&body_file, body).unwrap();
+    let script = dir.join(format!("{name}.lua"));
+    std::fs::write(
+        &script,
+        format!(
+            "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nlocal f = io.open(\"{}\")\nwrk.body = f:read(\"*a\")\nf:close()\n",
+            body_file.display()
+        ),
+    )
+    .unwrap();
+    script
+}
+
+/// A wrk script GETting pages of 100 at random offsets below `records` of `path`.
+pub fn read_script(dir: &Path, path: &str, records: u64) -> std::path::PathBuf {
+    let script = dir.join("reads.lua");
+    std::fs::write(
+        &script,
+        format!(
+            "math.randomseed(7)\nrequest = function()\n  return wrk.format(\"GET\", \"{path}?limit=100&from=\" .. math.random(0, {}))\nend\n",
+            records.saturating_sub(100)
+        ),
+    )
+    .unwrap();
+    script
+}

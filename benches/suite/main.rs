@@ -1,0 +1,209 @@
+//! The benchmark suite: every figure users compare logs by, measured in one run on this
+//! machine, side by side with the ceiling (raw rusqlite batched inserts with the same
+//! durability) and the peer (Redis Streams `XADD` with `appendfsync always`).
+//!
+//! Run it with `scripts/bench`, which installs Redis, wrk and matplotlib, builds the server and
+//! draws the plots. Directly: `cargo bench --bench suite -- [--server PATH] [--out DIR]
+//! [--seconds N] [--quick]`. Without `--server` (or without wrk / redis-server installed) the
+//! HTTP (or Redis) rows are left out. `--quick` grows the partition to 10⁶ records instead of
+//! 10⁷ for the cost-growth rows. Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`.
+
+mod embedded;
+mod external;
+mod latency;
+mod raw;
+mod report;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use report::{Measured, Report};
+
+/// Record sizes measured, in bytes of payload text.
+const SIZES: [usize; 2] = [100, 1024];
+
+struct Args {
+    server: Option<PathBuf>,
+    out: PathBuf,
+    seconds: f64,
+    quick: bool,
+}
+
+impl Args {
+    fn parse() -> Self {
+        let mut args = Self {
+            server: None,
+            out: PathBuf::from("docs"),
+            seconds: 3.0,
+            quick: false,
+        };
+        let mut given = std::env::args().skip(1);
+        while let Some(arg) = given.next() {
+            match arg.as_str() {
+                "--server" => args.server = given.next().map(PathBuf::from),
+                "--out" => args.out = given.next().map(PathBuf::from).expect("--out DIR"),
+                "--seconds" => {
+                    args.seconds = given
+                        .next()
+                        .and_then(|s| s.parse().ok())
+                        .expect("--seconds N")
+                }
+                "--quick" => args.quick = true,
+                // `cargo bench` passes this to every bench target.
+                "--bench" => {}
+                other => panic!("unknown argument {other}"),
+            }
+        }
+        args
+    }
+}
+
+/// A JSON string of exactly `size` bytes: the record payload.
+fn payload(size: usize) -> String {
+    format!("\"{}\"", "x".repeat(size - 2))
+}
+
+fn main() {
+    let args = Args::parse();
+    let budget = Duration::from_secs_f64(args.seconds);
+    let root = tempfile::Builder::new()
+        .prefix("durability-bench-suite")
+        .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+        .unwrap();
+    // Every measurement starts on a quiet disk: the previous ones' files are deleted and
+    // everything written so far is flushed, so their writeback does not slow its fsyncs.
+    let dir = |name: &str| {
+        settle(root.path());
+        root.path().join(name)
+    };
+    let redis_installed =
+        external::installed("redis-server") && external::installed("redis-benchmark");
+    let server = args.server.clone().filter(|_| external::installed("wrk"));
+    let mut report = Report::new(args.seconds);
+
+    for size in SIZES {
+        let payload = payload(size);
+        let mut m = Measured::new(size);
+        let ceiling = |name: &str| raw::batched_inserts(&dir(name), 100, &payload, budget);
+        eprintln!("{size} B records");
+        m.ceiling_runs.push(ceiling(&format!("raw-{size}-a")));
+
+        for partitions in [1u32, 8] {
+            for producers in [1usize, 8, 50] {
+                let rate = embedded::producers(
+                    dir(&format!("embedded-{size}-{partitions}-{producers}")),
+                    partitions,
+                    producers,
+                    &payload,
+                    budget,
+                );
+                eprintln!("  embedded {producers} producers, {partitions} partitions: {rate:.0}/s");
+                m.embedded.push((partitions, producers, rate));
+            }
+        }
+        m.ceiling_runs.push(ceiling(&format!("raw-{size}-b")));
+        (m.reads, m.raw_scan) = embedded::reads(dir(&format!("reads-{size}")), &payload);
+        m.lease_ack = embedded::lease_ack(dir(&format!("leases-{size}")), &payload);
+
+        if redis_installed {
+            let (_redis, port) = external::redis(&dir(&format!("redis-{size}")));
+            let value = "x".repeat(size);
+            m.redis_unpipelined = Some(external::redis_xadd(port, 50, 1, &value, budget));
+            m.redis_pipelined = Some(external::redis_xadd(port, 50, 16, &value, budget));
+        }
+        if let Some(binary) = &server {
+            m.http = Some(http(
+                binary,
+                &dir(&format!("http-{size}")),
+                &payload,
+                budget,
+            ));
+        }
+        m.ceiling_runs.push(ceiling(&format!("raw-{size}-c")));
+        report.add(m);
+    }
+
+    let payload = payload(100);
+    let embedded_max = report.embedded_rate(100, 1, 50);
+    let rate = embedded_max / 2.0;
+    let embedded_latency = latency::embedded(dir("latency"), &payload, rate, budget * 2);
+    report.add_latency("embedded append (typed messages)", rate, embedded_latency);
+    if let (Some(binary), Some(http_max)) = (&server, report.http_single_rate(100)) {
+        let (_server, address) = external::server(binary, &dir("latency-http"));
+        let rate = http_max / 2.0;
+        let body = format!("[{{\"payload\":{payload}}}]");
+        let path = "/topics/bench/partitions/0/records";
+        let measured = latency::http(address, path, &body, 64, rate, budget * 2);
+        report.add_latency("HTTP single-record POST", rate, measured);
+    }
+
+    report.cold = Some(embedded::cold_read_back(dir("cold"), &payload));
+    let sizes: &[u64] = if args.quick {
+        &[10_000, 100_000, 1_000_000]
+    } else {
+        &[10_000, 1_000_000, 10_000_000]
+    };
+    report.scale = embedded::scale(dir("scale"), sizes, &payload, budget);
+
+    report.write(&args.out, args.quick);
+}
+
+/// Deletes what earlier measurements left under `root` and waits until the disk has written
+/// everything.
+fn settle(root: &std::path::Path) {
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let _ = std::fs::remove_dir_all(entry.path());
+        let _ = std::fs::remove_file(entry.path());
+    }
+    let _ = std::process::Command::new("sync").status();
+}
+
+/// The HTTP figures for one record size, against a fresh server.
+fn http(
+    binary: &std::path::Path,
+    dir: &std::path::Path,
+    payload: &str,
+    budget: Duration,
+) -> report::Http {
+    std::fs::create_dir_all(dir).unwrap();
+    let (_server, address) = external::server(binary, dir);
+    let path = "/topics/bench/partitions/0/records";
+    let url = format!("http://{address}{path}");
+    let record = format!("{{\"payload\":{payload}}}");
+    let single = external::post_script(dir, "single", &format!("[{record}]"));
+    let hundred = external::post_script(
+        dir,
+        "hundred",
+        &format!("[{}]", vec![record; 100].join(",")),
+    );
+
+    let single = external::wrk(&url, 64, &single, budget).requests_per_second;
+    eprintln!("  HTTP single-record POSTs: {single:.0}/s");
+    let batches = external::wrk(&url, 16, &hundred, budget).requests_per_second * 100.0;
+    eprintln!("  HTTP 100-record POSTs: {batches:.0} records/s");
+    let records = next_offset(address);
+    let reads = external::read_script(dir, path, records);
+    let reads = external::wrk(&url, 16, &reads, budget).requests_per_second * 100.0;
+    eprintln!("  HTTP reads, pages of 100: {reads:.0} records/s");
+    report::Http {
+        single,
+        batches,
+        reads,
+    }
+}
+
+/// The next offset of partition 0 of the bench topic, asked over HTTP.
+fn next_offset(address: std::net::SocketAddr) -> u64 {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET /topics/bench/partitions/0/bounds HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    let bounds: serde_json::Value = serde_json::from_str(body).unwrap();
+    bounds["nextOffset"].as_u64().unwrap()
+}

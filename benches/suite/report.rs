@@ -1,0 +1,504 @@
+//! The suite's one table: every figure with its ratio to the ceiling and to the peer, printed,
+//! written to `BENCHMARKS.md`, and saved as JSON for the plots.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use serde_json::json;
+
+use crate::embedded::ScalePoint;
+use crate::latency::Percentiles;
+
+/// Everything measured for one record size.
+pub struct Measured {
+    pub size: usize,
+    /// Raw batched inserts, taken before, between and after the other measurements.
+    pub ceiling_runs: Vec<f64>,
+    /// (partitions, producers, appends/s).
+    pub embedded: Vec<(u32, usize, f64)>,
+    pub reads: f64,
+    pub raw_scan: f64,
+    pub lease_ack: f64,
+    pub redis_unpipelined: Option<f64>,
+    pub redis_pipelined: Option<f64>,
+    pub http: Option<Http>,
+}
+
+impl Measured {
+    pub fn new(size: usize) -> Self {
+        Self {
+            size,
+            ceiling_runs: Vec::new(),
+            embedded: Vec::new(),
+            reads: 0.0,
+            raw_scan: 0.0,
+            lease_ack: 0.0,
+            redis_unpipelined: None,
+            redis_pipelined: None,
+            http: None,
+        }
+    }
+
+    /// The median of the ceiling runs.
+    pub fn ceiling(&self) -> f64 {
+        let mut runs = self.ceiling_runs.clone();
+        runs.sort_by(f64::total_cmp);
+        runs[runs.len() / 2]
+    }
+}
+
+/// HTTP figures, in records per second.
+pub struct Http {
+    pub single: f64,
+    pub batches: f64,
+    pub reads: f64,
+}
+
+/// One line of the table.
+struct Row {
+    what: String,
+    size: usize,
+    value: f64,
+    unit: &'static str,
+    vs_ceiling: Option<f64>,
+    vs_peer: Option<f64>,
+    /// The goal this figure is held to, and whether it is met.
+    target: Option<(String, bool)>,
+}
+
+struct Latency {
+    name: String,
+    rate: f64,
+    percentiles: Percentiles,
+}
+
+pub struct Report {
+    seconds: f64,
+    sizes: Vec<Measured>,
+    latencies: Vec<Latency>,
+    /// (cold read-back records/s, hot reads of the same records/s).
+    pub cold: Option<(f64, f64)>,
+    pub scale: Vec<ScalePoint>,
+}
+
+fn ratio(value: f64, base: Option<f64>) -> Option<f64> {
+    base.filter(|base| *base > 0.0).map(|base| value / base)
+}
+
+impl Report {
+    pub fn new(seconds: f64) -> Self {
+        Self {
+            seconds,
+            sizes: Vec::new(),
+            latencies: Vec::new(),
+            cold: None,
+            scale: Vec::new(),
+        }
+    }
+
+    pub fn add(&mut self, measured: Measured) {
+        self.sizes.push(measured);
+    }
+
+    pub fn add_latency(&mut self, name: &str, rate: f64, percentiles: Percentiles) {
+        eprintln!(
+            "  {name} at {rate:.0}/s: p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms",
+            percentiles.p50, percentiles.p99, percentiles.p999
+        );
+        self.latencies.push(Latency {
+            name: name.to_owned(),
+            rate,
+            percentiles,
+        });
+    }
+
+    fn size(&self, size: usize) -> Option<&Measured> {
+        self.sizes.iter().find(|measured| measured.size == size)
+    }
+
+    pub fn embedded_rate(&self, size: usize, partitions: u32, producers: usize) -> f64 {
+        self.size(size)
+            .and_then(|m| {
+                m.embedded
+                    .iter()
+                    .find(|(p, n, _)| *p == partitions && *n == producers)
+            })
+            .map_or(0.0, |(_, _, rate)| *rate)
+    }
+
+    pub fn http_single_rate(&self, size: usize) -> Option<f64> {
+        self.size(size)?.http.as_ref().map(|http| http.single)
+    }
+
+    /// The throughput rows; the targets of the performance goals are checked on 100 B records.
+    fn rows(&self) -> Vec<Row> {
+        let mut rows = Vec::new();
+        for m in &self.sizes {
+            let ceiling = m.ceiling();
+            let peer = m.redis_unpipelined;
+            let targeted = m.size == 100;
+            let mut row = |what: String, value: f64, unit, vs_ceiling, vs_peer, target| {
+                rows.push(Row {
+                    what,
+                    size: m.size,
+                    value,
+                    unit,
+                    vs_ceiling,
+                    vs_peer,
+                    target: if targeted { target } else { None },
+                })
+            };
+            row(
+                "ceiling: raw rusqlite, 100 rows per transaction (median of 3)".into(),
+                ceiling,
+                "rows/s",
+                Some(1.0),
+                ratio(ceiling, peer),
+                None,
+            );
+            if let Some(redis) = m.redis_unpipelined {
+                row(
+                    "peer: Redis XADD always, 50 clients".into(),
+                    redis,
+                    "ops/s",
+                    ratio(redis, Some(ceiling)),
+                    Some(1.0),
+                    None,
+                );
+            }
+            if let Some(redis) = m.redis_pipelined {
+                row(
+                    "peer: Redis XADD always, 50 clients, pipeline 16".into(),
+                    redis,
+                    "ops/s",
+                    ratio(redis, Some(ceiling)),
+                    ratio(redis, peer),
+                    None,
+                );
+            }
+            for &(partitions, producers, rate) in &m.embedded {
+                let target = (partitions == 1 && producers == 50).then(|| {
+                    let vs_ceiling = rate / ceiling;
+                    let vs_peer = ratio(rate, peer);
+                    (
+                        "≥ 1.5× peer and ≥ 0.5× ceiling".to_owned(),
+                        vs_ceiling >= 0.5 && vs_peer.is_none_or(|r| r >= 1.5),
+                    )
+                });
+                row(
+                    format!(
+                        "embedded: {producers} single-record producers, {partitions} partition(s)"
+                    ),
+                    rate,
+                    "appends/s",
+                    ratio(rate, Some(ceiling)),
+                    ratio(rate, peer),
+                    target,
+                );
+            }
+            if let Some(http) = &m.http {
+                let vs_peer = ratio(http.single, peer);
+                row(
+                    "HTTP: single-record POSTs, 64 connections".into(),
+                    http.single,
+                    "records/s",
+                    ratio(http.single, Some(ceiling)),
+                    vs_peer,
+                    vs_peer.map(|r| ("≥ 1.0× peer".to_owned(), r >= 1.0)),
+                );
+                let vs_ceiling = http.batches / ceiling;
+                row(
+                    "HTTP: 100-record POSTs, 16 connections".into(),
+                    http.batches,
+                    "records/s",
+                    Some(vs_ceiling),
+                    ratio(http.batches, m.redis_pipelined),
+                    Some(("≥ 0.7× ceiling".to_owned(), vs_ceiling >= 0.7)),
+                );
+            }
+            row(
+                "reads ceiling: raw rusqlite range scan, pages of 100".into(),
+                m.raw_scan,
+                "records/s",
+                None,
+                None,
+                None,
+            );
+            let vs_scan = m.reads / m.raw_scan;
+            row(
+                "embedded: reads in pages of 100 (vs ceiling = vs raw scan)".into(),
+                m.reads,
+                "records/s",
+                Some(vs_scan),
+                None,
+                Some(("≥ 0.5× raw scan".to_owned(), vs_scan >= 0.5)),
+            );
+            if let Some(http) = &m.http {
+                row(
+                    "HTTP: reads in pages of 100, 16 connections (vs ceiling = vs raw scan)".into(),
+                    http.reads,
+                    "records/s",
+                    ratio(http.reads, Some(m.raw_scan)),
+                    None,
+                    None,
+                );
+            }
+            row(
+                "embedded: lease → ack, batches of 100, one worker".into(),
+                m.lease_ack,
+                "records/s",
+                None,
+                None,
+                Some(("≥ 100,000 records/s".to_owned(), m.lease_ack >= 100_000.0)),
+            );
+        }
+        rows
+    }
+
+    /// Prints the table and writes `out/BENCHMARKS.md` and `out/bench/results.json`.
+    pub fn write(&self, out: &Path, quick: bool) {
+        let markdown = self.markdown(quick);
+        println!("{markdown}");
+        std::fs::create_dir_all(out.join("bench")).unwrap();
+        std::fs::write(out.join("BENCHMARKS.md"), &markdown).unwrap();
+        let json = serde_json::to_string_pretty(&self.json()).unwrap();
+        std::fs::write(out.join("bench").join("results.json"), json).unwrap();
+    }
+
+    fn markdown(&self, quick: bool) -> String {
+        let mut md = String::new();
+        let _ = writeln!(md, "# Benchmarks\n");
+        let _ = writeln!(
+            md,
+            "Measured by `scripts/bench` in one run on {}, {} s per measurement, durable \
+             (`sync = full`: every acknowledged record was fsynced). Ratios compare figures of \
+             the same run: **ceiling** = raw rusqlite inserting 100 rows per transaction with \
+             the same durability (median of three runs spread over the run); **peer** = Redis \
+             Streams `XADD` with `appendfsync always`, 50 clients, unpipelined. Load generators \
+             (producers, wrk, redis-benchmark) share the machine with the system under test.\n",
+            machine(),
+            self.seconds
+        );
+        let _ = writeln!(md, "![throughput](bench/throughput.png)\n");
+
+        let rows = self.rows();
+        let _ = writeln!(md, "## Goals (100 B records)\n");
+        let _ = writeln!(
+            md,
+            "| figure | measured | vs ceiling | vs peer | goal | met |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        for row in rows.iter().filter(|row| row.target.is_some()) {
+            let (goal, met) = row.target.as_ref().unwrap();
+            let _ = writeln!(
+                md,
+                "| {} | {} {} | {} | {} | {goal} | {} |",
+                row.what,
+                thousands(row.value),
+                row.unit,
+                times(row.vs_ceiling),
+                times(row.vs_peer),
+                if *met { "yes" } else { "**no**" }
+            );
+        }
+        if let Some(growth) = self.growth() {
+            let _ = writeln!(md, "{growth}");
+        }
+
+        let _ = writeln!(md, "\n## Throughput\n");
+        let _ = writeln!(md, "| record | figure | measured | vs ceiling | vs peer |");
+        let _ = writeln!(md, "|---|---|---|---|---|");
+        for row in &rows {
+            let _ = writeln!(
+                md,
+                "| {} B | {} | {} {} | {} | {} |",
+                row.size,
+                row.what,
+                thousands(row.value),
+                row.unit,
+                times(row.vs_ceiling),
+                times(row.vs_peer)
+            );
+        }
+        if let Some((cold, hot)) = self.cold {
+            let _ = writeln!(
+                md,
+                "| 100 B | cold read-back from the local cold folder, pages of 100 (vs ceiling = vs hot reads of the same records, {} records/s) | {} records/s | {} | – |",
+                thousands(hot),
+                thousands(cold),
+                times(Some(cold / hot))
+            );
+        }
+
+        let _ = writeln!(md, "\n## Latency at half the maximum rate (open loop)\n");
+        let _ = writeln!(
+            md,
+            "Requests are issued on a fixed schedule at 50 % of the maximum rate measured above, \
+             whether or not earlier ones were answered; each latency counts from when its request \
+             was due, so queueing is not hidden. 100 B records.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| workload | offered rate | requests | p50 | p99 | p99.9 |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|");
+        for latency in &self.latencies {
+            let p = &latency.percentiles;
+            let _ = writeln!(
+                md,
+                "| {} | {}/s | {} | {:.2} ms | {:.2} ms | {:.2} ms |",
+                latency.name,
+                thousands(latency.rate),
+                p.requests,
+                p.p50,
+                p.p99,
+                p.p999
+            );
+        }
+        let _ = writeln!(md, "\n![latency](bench/latency.png)\n");
+
+        let _ = writeln!(md, "## Cost growth\n");
+        let _ = writeln!(
+            md,
+            "One partition grown to each size (100 B records{}); at each size 50 single-record \
+             producers append and one reader reads pages of 100 at random offsets. Resident \
+             memory is this benchmark process's, which embeds the log.\n",
+            if quick {
+                ", quick run: 10⁶ at most"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(
+            md,
+            "| records in the partition | appends/s | reads (records/s) | resident memory |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|");
+        for point in &self.scale {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} | {:.0} MiB |",
+                thousands(point.records as f64),
+                thousands(point.append_rate),
+                thousands(point.read_rate),
+                point.rss_mib
+            );
+        }
+        let _ = writeln!(md, "\n![scale](bench/scale.png)");
+        md
+    }
+
+    /// The cost-growth goal: rates at the largest size within 1.2× of those at the smallest.
+    fn growth(&self) -> Option<String> {
+        let (first, last) = (self.scale.first()?, self.scale.last()?);
+        let append = first.append_rate / last.append_rate;
+        let read = first.read_rate / last.read_rate;
+        let verdict = |slowdown: f64| if slowdown <= 1.2 { "yes" } else { "**no**" };
+        Some(format!(
+            "| appends at {} records vs at {} | {} vs {} appends/s | {:.2}× slower | – | ≤ 1.2× slower | {} |\n\
+             | reads at {} records vs at {} | {} vs {} records/s | {:.2}× slower | – | ≤ 1.2× slower | {} |\n\
+             | resident memory at {} records vs at {} | {:.0} vs {:.0} MiB | – | – | flat | {} |",
+            thousands(last.records as f64),
+            thousands(first.records as f64),
+            thousands(last.append_rate),
+            thousands(first.append_rate),
+            append,
+            verdict(append),
+            thousands(last.records as f64),
+            thousands(first.records as f64),
+            thousands(last.read_rate),
+            thousands(first.read_rate),
+            read,
+            verdict(read),
+            thousands(last.records as f64),
+            thousands(first.records as f64),
+            last.rss_mib,
+            first.rss_mib,
+            if last.rss_mib <= first.rss_mib * 1.5 + 64.0 {
+                "yes"
+            } else {
+                "**no**"
+            },
+        ))
+    }
+
+    fn json(&self) -> serde_json::Value {
+        let sized = |value: &dyn Fn(&Measured) -> Option<serde_json::Value>| {
+            self.sizes
+                .iter()
+                .filter_map(|m| Some((m.size.to_string(), value(m)?)))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        json!({
+            "seconds": self.seconds,
+            "ceiling": sized(&|m| Some(json!(m.ceiling()))),
+            "redis": sized(&|m| Some(json!({
+                "unpipelined": m.redis_unpipelined?,
+                "pipelined": m.redis_pipelined?,
+            }))),
+            "embedded": self.sizes.iter().flat_map(|m| m.embedded.iter().map(|(partitions, producers, rate)| json!({
+                "size": m.size, "partitions": partitions, "producers": producers, "rate": rate,
+            }))).collect::<Vec<_>>(),
+            "latency": self.latencies.iter().map(|l| json!({
+                "name": l.name, "rate": l.rate,
+                "p50_ms": l.percentiles.p50, "p99_ms": l.percentiles.p99, "p999_ms": l.percentiles.p999,
+            })).collect::<Vec<_>>(),
+            "scale": self.scale.iter().map(|p| json!({
+                "records": p.records, "append_rate": p.append_rate, "read_rate": p.read_rate, "rss_mib": p.rss_mib,
+            })).collect::<Vec<_>>(),
+            "rows": self.rows().iter().map(|row| json!({
+                "what": row.what, "size": row.size, "value": row.value, "unit": row.unit,
+                "vs_ceiling": row.vs_ceiling, "vs_peer": row.vs_peer,
+                "goal": row.target.as_ref().map(|(goal, _)| goal),
+                "met": row.target.as_ref().map(|(_, met)| met),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// `1234567.8` → `1,234,568`.
+fn thousands(value: f64) -> String {
+    let digits = format!("{:.0}", value.max(0.0));
+    let mut out = String::new();
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+fn times(ratio: Option<f64>) -> String {
+    ratio.map_or_else(|| "–".to_owned(), |ratio| format!("{ratio:.2}×"))
+}
+
+/// Cores, CPU model, memory and kernel of this machine.
+fn machine() -> String {
+    let read = |path| std::fs::read_to_string(path).unwrap_or_default();
+    let cpu = read("/proc/cpuinfo")
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("model name")?
+                .split(':')
+                .nth(1)
+                .map(str::trim)
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let memory_gib = read("/proc/meminfo")
+        .lines()
+        .find_map(|line| {
+            line.strip_prefix("MemTotal:")?
+                .split_whitespace()
+                .next()?
+                .parse::<f64>()
+                .ok()
+        })
+        .map_or(0.0, |kib| kib / 1024.0 / 1024.0);
+    let cores = std::thread::available_parallelism().map_or(1, usize::from);
+    format!(
+        "{cores} cores ({cpu}), {memory_gib:.0} GiB of memory, Linux {}",
+        read("/proc/sys/kernel/osrelease").trim()
+    )
+}
