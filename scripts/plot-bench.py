@@ -8,7 +8,7 @@ Reads the results.json written by `cargo bench --bench suite` and writes into OU
   throughput.png  appends/s against the number of producers, one subplot per record size,
                   one line per partition count, with raw SQLite and Redis as reference lines
   latency.png     p50 / p99 / p999 latency in ms at a fixed offered rate, one group per workload
-  scale.png       append and read rates and resident memory against the records already stored
+  scale.png       append and read rates and private resident memory against the records already stored
 
 A section that is missing or empty in the JSON is skipped with a note; the other plots are
 still drawn. Needs matplotlib only (Agg backend, no display).
@@ -198,9 +198,9 @@ def plot_scale(results, out_dir):
     points = [(e["records"], e["rss_mib"]) for e in entries if e.get("rss_mib") is not None]
     if points:
         handles += memory.plot(*zip(*points), marker="s", linestyle=":", color="tab:orange",
-                               label="resident memory (MiB)")
+                               label="private resident memory (MiB)")
         memory.set_ylim(bottom=0, top=max(v for _, v in points) * 1.2)
-    memory.set_ylabel("resident memory (MiB)")
+    memory.set_ylabel("private resident memory (MiB)")
 
     rates.set_title(
         f"Throughput and memory as the partition grows (records up to {si(max(records))})"

@@ -258,14 +258,19 @@ async fn read_all(log: &Log, partition: u32, count: u64) -> f64 {
     count as f64 / started.elapsed().as_secs_f64()
 }
 
-/// Resident memory of this process, in MiB.
-pub fn rss_mib() -> f64 {
+/// Resident memory of this process, in MiB: (private, file-backed). Private memory is what
+/// the process owns; file-backed pages are database pages mapped by the readers, which are the
+/// OS page cache's and reclaimable.
+pub fn rss_mib() -> (f64, f64) {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix("VmRSS:"))
-        .and_then(|rest| rest.split_whitespace().next()?.parse::<f64>().ok())
-        .map_or(0.0, |kib| kib / 1024.0)
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(name))
+            .and_then(|rest| rest.split_whitespace().next()?.parse::<f64>().ok())
+            .map_or(0.0, |kib| kib / 1024.0)
+    };
+    (field("RssAnon:"), field("RssFile:"))
 }
 
 /// One point of the cost-growth measurement.
@@ -273,7 +278,10 @@ pub struct ScalePoint {
     pub records: u64,
     pub append_rate: f64,
     pub read_rate: f64,
+    /// Private resident memory.
     pub rss_mib: f64,
+    /// Mapped database pages resident.
+    pub mapped_mib: f64,
 }
 
 /// Grows one partition through `sizes` records; at each size measures 50 single-record
@@ -289,16 +297,20 @@ pub fn scale(dir: PathBuf, sizes: &[u64], payload: &str, budget: Duration) -> Ve
             let bounds = log.bounds(TOPIC, 0).await.unwrap();
             if records > bounds.next_offset {
                 fill(&actor, records - bounds.next_offset, &payload).await;
+                // The fill's writeback must not slow the measurement's fsyncs.
+                let _ = std::process::Command::new("sync").status();
             }
             let append_rate =
                 closed_loop_appends(std::slice::from_ref(&actor), 50, &payload, budget).await;
             let read_rate = random_reads(&actor, records, budget).await;
             eprintln!("  {records} records: {append_rate:.0} appends/s, {read_rate:.0} reads/s");
+            let (rss_mib, mapped_mib) = rss_mib();
             points.push(ScalePoint {
                 records,
                 append_rate,
                 read_rate,
-                rss_mib: rss_mib(),
+                rss_mib,
+                mapped_mib,
             });
         }
         log.shutdown().await.unwrap();

@@ -4,9 +4,10 @@
 //!
 //! Run it with `scripts/bench`, which installs Redis, wrk and matplotlib, builds the server and
 //! draws the plots. Directly: `cargo bench --bench suite -- [--server PATH] [--out DIR]
-//! [--seconds N] [--quick]`. Without `--server` (or without wrk / redis-server installed) the
+//! [--seconds N] [--quick] [--only SECTION]`. Without `--server` (or without wrk / redis-server installed) the
 //! HTTP (or Redis) rows are left out. `--quick` grows the partition to 10⁶ records instead of
-//! 10⁷ for the cost-growth rows. Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`.
+//! 10⁷ for the cost-growth rows. `--only` runs one section: `throughput` (which latency needs),
+//! `cold` or `scale`. Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`.
 
 mod embedded;
 mod external;
@@ -27,6 +28,7 @@ struct Args {
     out: PathBuf,
     seconds: f64,
     quick: bool,
+    only: Option<String>,
 }
 
 impl Args {
@@ -36,6 +38,7 @@ impl Args {
             out: PathBuf::from("docs"),
             seconds: 3.0,
             quick: false,
+            only: None,
         };
         let mut given = std::env::args().skip(1);
         while let Some(arg) = given.next() {
@@ -49,12 +52,17 @@ impl Args {
                         .expect("--seconds N")
                 }
                 "--quick" => args.quick = true,
+                "--only" => args.only = given.next(),
                 // `cargo bench` passes this to every bench target.
                 "--bench" => {}
                 other => panic!("unknown argument {other}"),
             }
         }
         args
+    }
+
+    fn runs(&self, section: &str) -> bool {
+        self.only.as_ref().is_none_or(|only| only == section)
     }
 }
 
@@ -81,7 +89,7 @@ fn main() {
     let server = args.server.clone().filter(|_| external::installed("wrk"));
     let mut report = Report::new(args.seconds);
 
-    for size in SIZES {
+    for size in SIZES.into_iter().filter(|_| args.runs("throughput")) {
         let payload = payload(size);
         let mut m = Measured::new(size);
         let ceiling = |name: &str| raw::batched_inserts(&dir(name), 100, &payload, budget);
@@ -125,9 +133,11 @@ fn main() {
 
     let payload = payload(100);
     let embedded_max = report.embedded_rate(100, 1, 50);
-    let rate = embedded_max / 2.0;
-    let embedded_latency = latency::embedded(dir("latency"), &payload, rate, budget * 2);
-    report.add_latency("embedded append (typed messages)", rate, embedded_latency);
+    if embedded_max > 0.0 {
+        let rate = embedded_max / 2.0;
+        let embedded_latency = latency::embedded(dir("latency"), &payload, rate, budget * 2);
+        report.add_latency("embedded append (typed messages)", rate, embedded_latency);
+    }
     if let (Some(binary), Some(http_max)) = (&server, report.http_single_rate(100)) {
         let (_server, address) = external::server(binary, &dir("latency-http"));
         let rate = http_max / 2.0;
@@ -137,13 +147,17 @@ fn main() {
         report.add_latency("HTTP single-record POST", rate, measured);
     }
 
-    report.cold = Some(embedded::cold_read_back(dir("cold"), &payload));
-    let sizes: &[u64] = if args.quick {
-        &[10_000, 100_000, 1_000_000]
-    } else {
-        &[10_000, 1_000_000, 10_000_000]
-    };
-    report.scale = embedded::scale(dir("scale"), sizes, &payload, budget);
+    if args.runs("cold") {
+        report.cold = Some(embedded::cold_read_back(dir("cold"), &payload));
+    }
+    if args.runs("scale") {
+        let sizes: &[u64] = if args.quick {
+            &[10_000, 100_000, 1_000_000]
+        } else {
+            &[10_000, 1_000_000, 10_000_000]
+        };
+        report.scale = embedded::scale(dir("scale"), sizes, &payload, budget);
+    }
 
     report.write(&args.out, args.quick);
 }

@@ -361,8 +361,10 @@ impl Report {
         let _ = writeln!(
             md,
             "One partition grown to each size (100 B records{}); at each size 50 single-record \
-             producers append and one reader reads pages of 100 at random offsets. Resident \
-             memory is this benchmark process's, which embeds the log.\n",
+             producers append and one reader reads pages of 100 at random offsets. Memory is \
+             this benchmark process's (it embeds the log): private resident memory, and apart \
+             from it the database pages the readers map (`mmap`), which belong to the OS page \
+             cache and are reclaimed under pressure.\n",
             if quick {
                 ", quick run: 10⁶ at most"
             } else {
@@ -377,11 +379,12 @@ impl Report {
         for point in &self.scale {
             let _ = writeln!(
                 md,
-                "| {} | {} | {} | {:.0} MiB |",
+                "| {} | {} | {} | {:.0} MiB | {:.0} MiB |",
                 thousands(point.records as f64),
                 thousands(point.append_rate),
                 thousands(point.read_rate),
-                point.rss_mib
+                point.rss_mib,
+                point.mapped_mib
             );
         }
         let _ = writeln!(md, "\n![scale](bench/scale.png)");
@@ -397,7 +400,7 @@ impl Report {
         Some(format!(
             "| appends at {} records vs at {} | {} vs {} appends/s | {:.2}× slower | – | ≤ 1.2× slower | {} |\n\
              | reads at {} records vs at {} | {} vs {} records/s | {:.2}× slower | – | ≤ 1.2× slower | {} |\n\
-             | resident memory at {} records vs at {} | {:.0} vs {:.0} MiB | – | – | flat | {} |",
+             | private memory at {} records vs at {} | {:.0} vs {:.0} MiB | – | – | flat | {} |",
             thousands(last.records as f64),
             thousands(first.records as f64),
             thousands(last.append_rate),
@@ -444,7 +447,7 @@ impl Report {
                 "p50_ms": l.percentiles.p50, "p99_ms": l.percentiles.p99, "p999_ms": l.percentiles.p999,
             })).collect::<Vec<_>>(),
             "scale": self.scale.iter().map(|p| json!({
-                "records": p.records, "append_rate": p.append_rate, "read_rate": p.read_rate, "rss_mib": p.rss_mib,
+                "records": p.records, "append_rate": p.append_rate, "read_rate": p.read_rate, "rss_mib": p.rss_mib, "mapped_mib": p.mapped_mib,
             })).collect::<Vec<_>>(),
             "rows": self.rows().iter().map(|row| json!({
                 "what": row.what, "size": row.size, "value": row.value, "unit": row.unit,

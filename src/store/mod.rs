@@ -142,6 +142,9 @@ impl StoreOptions {
 
 /// How long a connection waits for a lock held by another connection before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much of a partition's database each reader maps into memory (address space, not
+/// resident memory: the pages are the OS page cache's).
+const READER_MMAP_BYTES: i64 = 1 << 32;
 /// Most concurrent readers of one partition.
 const MAX_READERS: u32 = 4;
 
@@ -238,7 +241,13 @@ impl LogStore {
 
         let manager = SqliteConnectionManager::file(&path)
             .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .with_init(|conn| conn.busy_timeout(BUSY_TIMEOUT));
+            .with_init(|conn| {
+                conn.busy_timeout(BUSY_TIMEOUT)?;
+                // Pages are read through the OS page cache mapped into memory instead of copied
+                // by a read() each: a large partition read at random offsets no longer pays a
+                // system call per page missing from SQLite's small per-connection cache.
+                conn.pragma_update(None, "mmap_size", READER_MMAP_BYTES)
+            });
         let readers = r2d2::Pool::builder()
             .thread_pool(reader_maintenance())
             .max_size(MAX_READERS)
