@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -127,6 +128,7 @@ impl LogBuilder {
                     clock: clock.clone(),
                     signals: signals.clone(),
                     flush_counters: flush_counters.clone(),
+                    addresses: Default::default(),
                 }),
             };
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
@@ -157,6 +159,7 @@ impl LogBuilder {
                 clock,
                 signals,
                 flush_counters,
+                addresses: Default::default(),
             }),
         })
     }
@@ -174,6 +177,10 @@ struct Inner {
     clock: Arc<dyn Clock>,
     signals: Arc<Signals>,
     flush_counters: Arc<ColdFlushCounters>,
+    /// Partitions' actors as last located, so a call goes straight to the partition instead
+    /// of asking the registry first (a round trip to its thread). An address whose partition
+    /// has stopped answers so (or is closed) and is located anew.
+    addresses: std::sync::RwLock<HashMap<PartitionId, Addr<PartitionActor>>>,
 }
 
 impl std::fmt::Debug for Log {
@@ -233,6 +240,53 @@ impl Log {
         Ok(PartitionId::new(topic, index)?)
     }
 
+    /// The partition's actor: the address last located, else the registry's answer (starting
+    /// the partition when it has a database, or when `create`). `None`: never written and not
+    /// `create`.
+    async fn locate(
+        &self,
+        id: &PartitionId,
+        create: bool,
+    ) -> Result<Option<Addr<PartitionActor>>, Error> {
+        let addresses = &self.inner.addresses;
+        let cached = addresses
+            .read()
+            .unwrap_or_else(|poison| poison.into_inner())
+            .get(id)
+            .cloned();
+        if let Some(partition) = cached.filter(Addr::connected) {
+            return Ok(Some(partition));
+        }
+        let located = self
+            .inner
+            .registry
+            .send(Locate {
+                id: id.clone(),
+                create,
+            })
+            .await??;
+        if let Some(partition) = &located {
+            addresses
+                .write()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .insert(id.clone(), partition.clone());
+        }
+        Ok(located)
+    }
+
+    /// Drops the address of a partition that answered it has stopped (unless another caller
+    /// already replaced it).
+    fn forget(&self, id: &PartitionId, stopped: &Addr<PartitionActor>) {
+        let mut addresses = self
+            .inner
+            .addresses
+            .write()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if addresses.get(id) == Some(stopped) {
+            addresses.remove(id);
+        }
+    }
+
     /// Sends `message` to the partition's actor (starting it when it has a database, or when
     /// `create`), retrying when the partition was stopping. `None`: the partition was never
     /// written and `create` is false.
@@ -248,19 +302,14 @@ impl Log {
         PartitionActor: actix::Handler<M>,
     {
         for _ in 0..STOPPED_RETRIES {
-            let located = self
-                .inner
-                .registry
-                .send(Locate {
-                    id: id.clone(),
-                    create,
-                })
-                .await??;
-            let Some(partition) = located else {
+            let Some(partition) = self.locate(id, create).await? else {
                 return Ok(None);
             };
             match partition.send(message.clone()).await {
-                Ok(Err(Error::PartitionStopped)) | Err(MailboxError::Closed) => continue,
+                Ok(Err(Error::PartitionStopped)) | Err(MailboxError::Closed) => {
+                    self.forget(id, &partition);
+                    continue;
+                }
                 Ok(result) => return result.map(Some),
                 Err(err) => return Err(err.into()),
             }
@@ -730,11 +779,7 @@ impl Log {
         partition: u32,
     ) -> Result<Addr<PartitionActor>, Error> {
         let id = self.partition(topic, partition)?;
-        let located = self
-            .inner
-            .registry
-            .send(Locate { id, create: true })
-            .await??;
+        let located = self.locate(&id, true).await?;
         Ok(located.expect("a write-capable lookup always finds its partition"))
     }
 

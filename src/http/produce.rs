@@ -136,7 +136,11 @@ pub async fn records(
     match appended.outcome {
         AppendOutcome::Appended { offsets } => {
             state.metrics.appended(&topic, offsets.len() as u64, bytes);
-            Ok(HttpResponse::Accepted().json(json!({ "offsets": offsets, "load": appended.load })))
+            // Typed, not a `json!` tree: this answer is written once per append.
+            Ok(HttpResponse::Accepted().json(schema::AppendedOffsets {
+                offsets,
+                load: appended.load,
+            }))
         }
         AppendOutcome::Rejected(rejection) => Err(rejection.into()),
     }

@@ -184,9 +184,9 @@ pub struct PlacedRecord {
 #[derive(Serialize, ToSchema)]
 pub struct AppendedOffsets {
     /// The offset of each record, in input order.
-    offsets: Vec<u64>,
+    pub offsets: Vec<u64>,
     /// The partition's load after the append.
-    load: LoadSnapshot,
+    pub load: LoadSnapshot,
 }
 
 // ---------------------------------------------------------------------------------------------
