@@ -271,7 +271,8 @@ impl Report {
         let _ = writeln!(
             md,
             "Measured by `scripts/bench` in one run on {}, {} s per measurement, durable \
-             (`sync = full`: every acknowledged record was fsynced). Ratios compare figures of \
+             (`sync = full`: every acknowledged record was fsynced). Throughput figures of the \
+             log and the ceiling are medians of three runs. Ratios compare figures of \
              the same run: **ceiling** = raw rusqlite inserting 100 rows per transaction with \
              the same durability (median of three runs spread over the run); **peer** = Redis \
              Streams `XADD` with `appendfsync always`, 50 clients, unpipelined. Load generators \
@@ -373,9 +374,9 @@ impl Report {
         );
         let _ = writeln!(
             md,
-            "| records in the partition | appends/s | reads (records/s) | resident memory |"
+            "| records in the partition | appends/s | reads (records/s) | private memory | mapped database pages |"
         );
-        let _ = writeln!(md, "|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|");
         for point in &self.scale {
             let _ = writeln!(
                 md,
