@@ -6,9 +6,9 @@
 //! actix `System` (`#[actix::main]` / `#[actix_web::main]`).
 
 use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
