@@ -302,6 +302,20 @@ impl Config {
         Ok(config)
     }
 
+    /// The `[log]` settings of `topic`, borrowed (read on every append).
+    pub fn topic_log(&self, topic: &str) -> &LogSettings {
+        self.topics
+            .get(topic)
+            .map_or(&self.log, |settings| &settings.log)
+    }
+
+    /// The `[leases]` settings of `topic`, borrowed.
+    pub fn topic_leases(&self, topic: &str) -> &LeaseSettings {
+        self.topics
+            .get(topic)
+            .map_or(&self.leases, |settings| &settings.leases)
+    }
+
     /// The settings of `topic`: its `[topics.<name>]` overrides, or the global sections.
     pub fn topic(&self, topic: &str) -> TopicSettings {
         self.topics

@@ -134,7 +134,7 @@ impl LogBuilder {
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
                 Some(custom) => Some(custom.clone()),
                 None => {
-                    let target = &log.inner.config.topic(topic).leases.dead_letter_topic;
+                    let target = &log.inner.config.topic_leases(topic).dead_letter_topic;
                     (!target.is_empty()).then(|| {
                         Arc::new(DeadLetterTopic {
                             log: log.clone(),
@@ -224,7 +224,7 @@ impl Log {
     /// [`Error::InvalidName`].
     pub fn partitions(&self, topic: &str) -> Result<u32, Error> {
         PartitionId::new(topic, 0)?;
-        Ok(self.inner.config.topic(topic).log.partitions_per_topic)
+        Ok(self.inner.config.topic_log(topic).partitions_per_topic)
     }
 
     /// The partition `index` of `topic`, checked against the topic's partition count.
@@ -334,7 +334,7 @@ impl Log {
     ) -> Result<Appended, Error> {
         let id = self.partition(topic, partition)?;
         // Refused before the partition is touched, so a refusal creates no database.
-        let settings = self.inner.config.topic(topic).log;
+        let settings = self.inner.config.topic_log(topic);
         if let Some(rejection) =
             check_batch(&records, settings.max_batch_size, settings.max_record_bytes)
         {
@@ -361,7 +361,7 @@ impl Log {
         events: Vec<Event>,
     ) -> Result<EventsOutcome, Error> {
         let partitions = self.partitions(topic)?;
-        let settings = self.inner.config.topic(topic).log;
+        let settings = self.inner.config.topic_log(topic);
         let mut batches: BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)> = BTreeMap::new();
         for (position, event) in events.into_iter().enumerate() {
             let batch = batches
@@ -851,7 +851,7 @@ impl Log {
         group: &str,
     ) -> Result<PartitionId, Error> {
         let id = self.partition(topic, partition)?;
-        if !self.inner.config.topic(topic).leases.enabled {
+        if !self.inner.config.topic_leases(topic).enabled {
             return Err(StoreError::LeasesDisabled.into());
         }
         validate_group(group)?;

@@ -303,7 +303,7 @@ async fn collect_groups(log: &Log) -> Result<Vec<GroupState>, crate::Error> {
     let mut groups = Vec::new();
     for id in log.running_partitions().await? {
         let (topic, partition) = (id.topic(), id.index());
-        let leasing = log.config().topic(topic).leases.enabled;
+        let leasing = log.config().topic_leases(topic).enabled;
         match partition_groups(log, topic, partition, leasing).await {
             Ok(found) => groups.extend(found),
             Err(err) => log::warn!("metrics: skipping {id}: {err}"),
