@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use durability::partition::{Append, Read};
-use durability::store::{AppendOutcome, NewRecord};
+use durability::store::{AppendOutcome, NewRecord, SyncMode};
 use durability::{Error, Event, EventsOutcome};
 
 use crate::common::TestLog;
@@ -229,6 +229,51 @@ async fn group_commit_groups_concurrent_appends() {
     let stats = t.log.stats("events", 0).await.unwrap();
     assert_eq!(stats.appends, 200);
     assert!(stats.commits < stats.appends, "{stats:?}");
+}
+
+/// Producers that append again as soon as they are answered end up in one group: each commit
+/// holds every producer's record. Here half of them start while the other half's first commit
+/// is already running; without merging, the halves would alternate for ever, each paying its
+/// own fsync.
+#[actix::test]
+async fn a_closed_loop_of_producers_merges_into_one_group() {
+    const PRODUCERS: usize = 50;
+    const ROUNDS: usize = 20;
+    let t = TestLog::with(|config| config.storage.sync = SyncMode::Full);
+    let partition = t.log.partition_actor("events", 0).await.unwrap();
+    let producer = |partition: actix::Addr<durability::partition::PartitionActor>| {
+        actix::spawn(async move {
+            for _ in 0..ROUNDS {
+                let appended = partition
+                    .send(Append {
+                        records: vec![record("x")],
+                    })
+                    .await
+                    .unwrap()
+                    .unwrap();
+                assert!(appended.outcome.is_appended());
+            }
+        })
+    };
+    let mut producers: Vec<_> = (0..PRODUCERS / 2)
+        .map(|_| producer(partition.clone()))
+        .collect();
+    // Let the first half send and their commit start on the writer thread.
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
+    }
+    producers.extend((0..PRODUCERS / 2).map(|_| producer(partition.clone())));
+    for producer in producers {
+        producer.await.unwrap();
+    }
+    let stats = t.log.stats("events", 0).await.unwrap();
+    assert_eq!(stats.appends, (PRODUCERS * ROUNDS) as u64);
+    // About one commit per round once merged; alternating halves need two per round.
+    assert!(
+        stats.commits <= (ROUNDS as u64) * 3 / 2,
+        "{} commits for {ROUNDS} rounds of {PRODUCERS} producers",
+        stats.commits
+    );
 }
 
 /// Typed messages straight to a partition's actor, as an embedding application sends them.
