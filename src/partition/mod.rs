@@ -2,10 +2,12 @@
 //!
 //! Each operation is a typed [`Message`] in its own file with its handler. The
 //! actor lives on the arbiter that started the log (message passing with producers on that
-//! event loop costs no thread switch), and every piece of SQLite or cold-store work runs on
-//! the partition's own writer thread (an [`Arbiter`](actix::Arbiter)), so a blocking fsync
-//! never stalls the event loop or another partition. Appends that arrive while a commit runs
-//! are committed together in the next transaction (group commit, see [`Append`]). A timer only
+//! event loop costs no thread switch), and every write and every cold-store call runs on the
+//! partition's own writer thread (an [`Arbiter`](actix::Arbiter)), so a blocking fsync never
+//! stalls the event loop or another partition. Hot reads are the exception: one short query on
+//! a pooled WAL reader, which never waits for a commit, they run on the event loop (see
+//! [`Read`]). Appends that arrive while a commit runs are committed together in the next
+//! transaction (group commit, see [`Append`]). A timer only
 //! enqueues [`RunRetention`]; the handler trims on the writer thread. A partition idle for
 //! `idle_stop` tells the registry, which drains it; a partition whose store failed a commit
 //! stops at its next message and its supervisor restarts it, reopening the database.
