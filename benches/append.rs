@@ -12,7 +12,11 @@ use std::time::{Duration, Instant};
 
 use durability::clock::SystemClock;
 use durability::store::{AppendOutcome, LogStore, NewRecord, StoreOptions, SyncMode};
-use rusqlite::{Connection, params};
+
+// The ceiling, shared with the suite (which also uses its range scan).
+#[allow(dead_code)]
+#[path = "suite/raw.rs"]
+mod raw;
 
 const ROUNDS: usize = 3;
 
@@ -41,8 +45,9 @@ fn main() {
         for payload_bytes in [100, 1024] {
             for batch_size in [1, 10, 100] {
                 let batch = batch_of(batch_size, payload_bytes);
+                let payload = &batch[0].payload;
                 let (raw, store) = median_pair(
-                    || raw_inserts(&fresh_path(), sync, &[&batch], budget),
+                    || raw::batched_inserts(&fresh_path(), batch_size, payload, sync, budget),
                     || store_appends(&fresh_path(), sync, &[&batch], budget),
                 );
                 print_row(sync, payload_bytes, &batch_size.to_string(), raw, store);
@@ -59,8 +64,9 @@ fn main() {
         for payload_bytes in [100, 1024] {
             let batch = batch_of(10, payload_bytes);
             let group: Vec<&[NewRecord]> = vec![&batch; 10];
+            let payload = &batch[0].payload;
             let (raw, store) = median_pair(
-                || raw_inserts(&fresh_path(), sync, &group, budget),
+                || raw::batched_inserts(&fresh_path(), 100, payload, sync, budget),
                 || store_appends(&fresh_path(), sync, &group, budget),
             );
             print_row(sync, payload_bytes, "10 × 10", raw, store);
@@ -95,47 +101,6 @@ fn median(mut values: Vec<f64>) -> f64 {
 fn batch_of(records: usize, payload_bytes: usize) -> Vec<NewRecord> {
     let payload = format!("\"{}\"", "x".repeat(payload_bytes - 2));
     vec![NewRecord::new(payload); records]
-}
-
-/// The ceiling: one transaction per group, plain inserts into a table with no secondary index.
-fn raw_inserts(
-    path: &std::path::Path,
-    sync: SyncMode,
-    group: &[&[NewRecord]],
-    budget: Duration,
-) -> f64 {
-    let mut conn = Connection::open(path).unwrap();
-    conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
-        .unwrap();
-    conn.pragma_update(None, "synchronous", format!("{sync:?}"))
-        .unwrap();
-    conn.execute_batch(
-        "CREATE TABLE records (offset INTEGER PRIMARY KEY, payload TEXT NOT NULL, appended_at INTEGER NOT NULL)",
-    )
-    .unwrap();
-    let mut offset: u64 = 0;
-    let started = Instant::now();
-    while started.elapsed() < budget {
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .unwrap();
-        {
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT INTO records (offset, payload, appended_at) VALUES (?1, ?2, ?3)",
-                )
-                .unwrap();
-            let now = chrono::Utc::now().timestamp_millis();
-            for record in group.iter().flat_map(|batch| batch.iter()) {
-                insert
-                    .execute(params![offset, record.payload, now])
-                    .unwrap();
-                offset += 1;
-            }
-        }
-        tx.commit().unwrap();
-    }
-    offset as f64 / started.elapsed().as_secs_f64()
 }
 
 /// The log: `append` for one batch, `append_batches` (group commit) for several.

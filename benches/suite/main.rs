@@ -18,6 +18,7 @@ mod report;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use durability::store::SyncMode;
 use report::{Measured, Report};
 
 /// Record sizes measured, in bytes of payload text.
@@ -92,7 +93,8 @@ fn main() {
     for size in SIZES.into_iter().filter(|_| args.runs("throughput")) {
         let payload = payload(size);
         let mut m = Measured::new(size);
-        let ceiling = |name: &str| raw::batched_inserts(&dir(name), 100, &payload, budget);
+        let ceiling =
+            |name: &str| raw::batched_inserts(&dir(name), 100, &payload, SyncMode::Full, budget);
         eprintln!("{size} B records");
         m.ceiling_runs.push(ceiling(&format!("raw-{size}-a")));
 

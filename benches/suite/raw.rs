@@ -1,14 +1,22 @@
-//! The ceiling: what rusqlite alone does on this machine, with the same durability.
+//! The ceiling: what rusqlite alone does on this machine, with the same durability. Shared by
+//! the suite and `benches/append.rs`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use durability::store::SyncMode;
 use rusqlite::{Connection, params};
 
-/// Inserts `rows` rows per transaction of `payload` (WAL, `synchronous = FULL`, no key, no
-/// index but the primary key) for `budget`; answers rows per second.
-pub fn batched_inserts(path: &Path, rows: usize, payload: &str, budget: Duration) -> f64 {
-    let mut conn = open(path);
+/// Inserts `rows` rows per transaction of `payload` (WAL, SQLite's `synchronous` set to `sync`,
+/// no key, no index but the primary key) for `budget`; answers rows per second.
+pub fn batched_inserts(
+    path: &Path,
+    rows: usize,
+    payload: &str,
+    sync: SyncMode,
+    budget: Duration,
+) -> f64 {
+    let mut conn = open(path, sync);
     conn.execute_batch(
         "CREATE TABLE records (offset INTEGER PRIMARY KEY, payload TEXT NOT NULL, appended_at INTEGER NOT NULL)",
     )
@@ -35,7 +43,7 @@ pub fn batched_inserts(path: &Path, rows: usize, payload: &str, budget: Duration
 /// each page in its own read transaction with every column a record has; answers records
 /// per second.
 pub fn range_scan(path: &Path, records: u64, page: u64) -> f64 {
-    let mut conn = open(path);
+    let mut conn = open(path, SyncMode::Full);
     let started = Instant::now();
     let mut next = 0;
     let mut read = 0;
@@ -60,10 +68,15 @@ pub fn range_scan(path: &Path, records: u64, page: u64) -> f64 {
     read as f64 / started.elapsed().as_secs_f64()
 }
 
-fn open(path: &Path) -> Connection {
+fn open(path: &Path, sync: SyncMode) -> Connection {
     let conn = Connection::open(path).unwrap();
     conn.query_row("PRAGMA journal_mode = WAL", [], |_| Ok(()))
         .unwrap();
-    conn.pragma_update(None, "synchronous", "FULL").unwrap();
+    let synchronous = match sync {
+        SyncMode::Full => "FULL",
+        SyncMode::Normal => "NORMAL",
+    };
+    conn.pragma_update(None, "synchronous", synchronous)
+        .unwrap();
     conn
 }

@@ -392,37 +392,33 @@ impl Report {
         md
     }
 
-    /// The cost-growth goal: rates at the largest size within 1.2× of those at the smallest.
+    /// The cost-growth goal: rates at the largest size within 1.2× of those at the smallest,
+    /// private memory flat.
     fn growth(&self) -> Option<String> {
         let (first, last) = (self.scale.first()?, self.scale.last()?);
-        let append = first.append_rate / last.append_rate;
-        let read = first.read_rate / last.read_rate;
-        let verdict = |slowdown: f64| if slowdown <= 1.2 { "yes" } else { "**no**" };
+        let sizes = format!(
+            "at {} records vs at {}",
+            thousands(last.records as f64),
+            thousands(first.records as f64)
+        );
+        let verdict = |met: bool| if met { "yes" } else { "**no**" };
+        let rate_row = |what: &str, unit: &str, rate: fn(&ScalePoint) -> f64| {
+            let slowdown = rate(first) / rate(last);
+            format!(
+                "| {what} {sizes} | {} vs {} {unit} | {slowdown:.2}× slower | – | ≤ 1.2× slower | {} |",
+                thousands(rate(last)),
+                thousands(rate(first)),
+                verdict(slowdown <= 1.2)
+            )
+        };
+        let memory_flat = last.rss_mib <= first.rss_mib * 1.5 + 64.0;
         Some(format!(
-            "| appends at {} records vs at {} | {} vs {} appends/s | {:.2}× slower | – | ≤ 1.2× slower | {} |\n\
-             | reads at {} records vs at {} | {} vs {} records/s | {:.2}× slower | – | ≤ 1.2× slower | {} |\n\
-             | private memory at {} records vs at {} | {:.0} vs {:.0} MiB | – | – | flat | {} |",
-            thousands(last.records as f64),
-            thousands(first.records as f64),
-            thousands(last.append_rate),
-            thousands(first.append_rate),
-            append,
-            verdict(append),
-            thousands(last.records as f64),
-            thousands(first.records as f64),
-            thousands(last.read_rate),
-            thousands(first.read_rate),
-            read,
-            verdict(read),
-            thousands(last.records as f64),
-            thousands(first.records as f64),
+            "{}\n{}\n| private memory {sizes} | {:.0} vs {:.0} MiB | – | – | flat | {} |",
+            rate_row("appends", "appends/s", |p| p.append_rate),
+            rate_row("reads", "records/s", |p| p.read_rate),
             last.rss_mib,
             first.rss_mib,
-            if last.rss_mib <= first.rss_mib * 1.5 + 64.0 {
-                "yes"
-            } else {
-                "**no**"
-            },
+            verdict(memory_flat)
         ))
     }
 
