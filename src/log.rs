@@ -690,14 +690,11 @@ impl Log {
         group: &str,
         batch_id: &str,
     ) -> Result<Option<u64>, Error> {
-        let id = self.leasing_partition(topic, partition, group)?;
         let ack = partition::Ack {
             group: group.to_owned(),
             batch_id: batch_id.to_owned(),
         };
-        self.call(&id, false, ack)
-            .await?
-            .ok_or_else(|| not_held(batch_id))
+        self.settle(topic, partition, group, batch_id, ack).await
     }
 
     /// Hands a leased range back for redelivery after `delay_ms`.
@@ -712,15 +709,12 @@ impl Log {
         batch_id: &str,
         delay_ms: u64,
     ) -> Result<(), Error> {
-        let id = self.leasing_partition(topic, partition, group)?;
         let nack = partition::Nack {
             group: group.to_owned(),
             batch_id: batch_id.to_owned(),
             delay_ms,
         };
-        self.call(&id, false, nack)
-            .await?
-            .ok_or_else(|| not_held(batch_id))
+        self.settle(topic, partition, group, batch_id, nack).await
     }
 
     /// Renews a lease's hold; answers the new expiry.
@@ -734,12 +728,30 @@ impl Log {
         group: &str,
         batch_id: &str,
     ) -> Result<i64, Error> {
-        let id = self.leasing_partition(topic, partition, group)?;
         let extend = partition::Extend {
             group: group.to_owned(),
             batch_id: batch_id.to_owned(),
         };
-        self.call(&id, false, extend)
+        self.settle(topic, partition, group, batch_id, extend).await
+    }
+
+    /// Sends a settlement of `batch_id` (ack, nack, extend) to the partition. A partition that
+    /// was never written holds no lease, so it is not started to say so.
+    async fn settle<M, T>(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+        batch_id: &str,
+        settlement: M,
+    ) -> Result<T, Error>
+    where
+        M: Message<Result = Result<T, Error>> + Clone + Send + 'static,
+        T: Send + 'static,
+        PartitionActor: actix::Handler<M>,
+    {
+        let id = self.leasing_partition(topic, partition, group)?;
+        self.call(&id, false, settlement)
             .await?
             .ok_or_else(|| not_held(batch_id))
     }
