@@ -169,9 +169,7 @@ fn main() {
 /// The median of three runs of `measure`: this machine's disk and scheduler vary from one
 /// second to the next, and a single run of a headline figure can land on a slow stretch.
 fn median_of_3(mut measure: impl FnMut() -> f64) -> f64 {
-    let mut runs = [measure(), measure(), measure()];
-    runs.sort_by(f64::total_cmp);
-    runs[1]
+    report::median(vec![measure(), measure(), measure()])
 }
 
 /// Deletes what earlier measurements left under `root` and waits until the disk has written

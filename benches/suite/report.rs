@@ -41,9 +41,7 @@ impl Measured {
 
     /// The median of the ceiling runs.
     pub fn ceiling(&self) -> f64 {
-        let mut runs = self.ceiling_runs.clone();
-        runs.sort_by(f64::total_cmp);
-        runs[runs.len() / 2]
+        median(self.ceiling_runs.clone())
     }
 }
 
@@ -454,6 +452,12 @@ impl Report {
             })).collect::<Vec<_>>(),
         })
     }
+}
+
+/// The middle value (the upper one of an even count).
+pub fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
 }
 
 /// `1234567.8` → `1,234,568`.
