@@ -116,10 +116,16 @@ pub struct ServerSettings {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StorageSettings {
-    /// Folder holding one SQLite database per partition. Default: `./data`.
+    /// Folder holding the volumes (SQLite databases shared by many partitions). Default:
+    /// `./data`.
     pub data_dir: PathBuf,
     /// Commit durability. Default: `full`.
     pub sync: SyncMode,
+    /// Volumes new partitions are spread over, each with one committer thread. Default: 4.
+    pub volumes: usize,
+    /// Threads running partitions' blocking work other than appends (cursor commits, leases,
+    /// retention). Default: 2.
+    pub workers: usize,
 }
 
 /// `[log]` (also per topic).
@@ -223,6 +229,42 @@ pub struct LeaseSettings {
 pub struct PartitionSettings {
     /// Stop a partition's actor after this long without messages. Default: 5 min.
     pub idle_stop_ms: u64,
+    /// Most partitions open at once; opening one more first closes the least recently used
+    /// one with nothing in flight. 0: derived from the machine's memory at start. Default: 0.
+    pub max_open: usize,
+}
+
+/// Open partitions allowed per MiB of the machine's memory when `partitions.max_open` is 0.
+const OPEN_PARTITIONS_PER_MIB: usize = 1;
+/// Bounds of the derived `partitions.max_open`.
+const DERIVED_MAX_OPEN: std::ops::RangeInclusive<usize> = 1_000..=100_000;
+
+impl PartitionSettings {
+    /// The limit in force: `max_open`, or when it is 0, one partition per MiB of the machine's
+    /// memory (an open partition costs a few KiB; the rest is headroom for its caches and
+    /// callers), between 1,000 and 100,000. File descriptors do not bound it: partitions hold
+    /// none of their own (they share the volumes' connections).
+    pub fn max_open(&self) -> usize {
+        if self.max_open > 0 {
+            return self.max_open;
+        }
+        let memory_mib = std::fs::read_to_string("/proc/meminfo")
+            .ok()
+            .and_then(|info| {
+                info.lines()
+                    .find_map(|line| line.strip_prefix("MemTotal:"))
+                    .and_then(|rest| {
+                        rest.trim()
+                            .trim_end_matches("kB")
+                            .trim()
+                            .parse::<usize>()
+                            .ok()
+                    })
+            })
+            .map_or(4096, |kib| kib / 1024);
+        (memory_mib * OPEN_PARTITIONS_PER_MIB)
+            .clamp(*DERIVED_MAX_OPEN.start(), *DERIVED_MAX_OPEN.end())
+    }
 }
 
 /// The settings of one topic: the global `[log]`, `[retention]` and `[leases]` with that
@@ -373,6 +415,8 @@ impl Config {
         }
         self.cold.validate()?;
         positive("partitions.idle_stop_ms", self.partitions.idle_stop_ms)?;
+        positive("storage.volumes", self.storage.volumes as u64)?;
+        positive("storage.workers", self.storage.workers as u64)?;
         self.topic_settings_validate("", &self.topic(""))?;
         for (name, topic) in &self.topics {
             validate_topic(name)

@@ -35,6 +35,17 @@ pub enum Error {
         /// What failed.
         reason: String,
     },
+    /// Every open partition is busy and `partitions.max_open` are open, so the partition could
+    /// not be opened now. Nothing changed; retry later.
+    #[error(
+        "{open} partitions are open and busy (partitions.max_open); partition {partition} cannot open now, retry later"
+    )]
+    Overloaded {
+        /// The partition, `{topic}:{index}`.
+        partition: String,
+        /// Partitions open.
+        open: usize,
+    },
     /// An actor's mailbox is closed or full.
     #[error("actor mailbox failure")]
     Mailbox(#[from] actix::MailboxError),
@@ -53,13 +64,15 @@ pub enum Error {
 impl Error {
     /// The stable error code: one of `invalid_request`, `invalid_name`, `batch_too_large`,
     /// `record_too_large`, `invalid_offset`, `unknown_partition`, `log_truncated`,
-    /// `lease_not_held`, `leases_disabled`, `unauthorized`, `payload_too_large`, `unavailable`.
+    /// `lease_not_held`, `leases_disabled`, `unauthorized`, `payload_too_large`, `overloaded`,
+    /// `unavailable`.
     pub fn code(&self) -> &'static str {
         match self {
             Self::Store(err) => err.code(),
             Self::Config(_) => "invalid_config",
             Self::InvalidName(_) => "invalid_name",
             Self::UnknownPartition { .. } => "unknown_partition",
+            Self::Overloaded { .. } => "overloaded",
             Self::PartitionStopped | Self::Unavailable { .. } | Self::Mailbox(_) => "unavailable",
         }
     }

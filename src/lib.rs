@@ -76,6 +76,8 @@ pub mod metrics;
 pub mod names;
 pub mod partition;
 pub(crate) mod registry;
+
+pub use registry::PartitionCounters;
 pub mod routing;
 pub mod store;
 

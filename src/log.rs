@@ -12,7 +12,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, Addr, AsyncContext, MailboxError, Message};
+use actix::{Actor, Addr, AsyncContext, MailboxError, Message, WeakAddr};
 
 use crate::clock::{Clock, SystemClock};
 use crate::cold::ColdStore;
@@ -22,7 +22,8 @@ use crate::load::{LoadObserver, LoadSnapshot};
 use crate::names::{PartitionId, validate_group};
 use crate::partition::{self, Appended, DeadLetter, PartitionActor, PartitionStats};
 use crate::registry::{
-    DeadLetterFor, Locate, PartitionRegistry, RunningPartitions, Shutdown, Signals, WrittenTopics,
+    DeadLetterFor, Locate, PartitionCounters, PartitionRegistry, RegistryParts, RunningPartitions,
+    Shutdown, Signals, Volumes, WrittenTopics,
 };
 use crate::routing::partition_for;
 use crate::store::{
@@ -115,10 +116,12 @@ impl LogBuilder {
                 reason: err.to_string(),
             })?,
         };
+        let volumes = Volumes::open(&config)?;
         let clock = self.clock;
         let custom = self.dead_letter;
         let signals = Arc::new(Signals::default());
         let flush_counters = Arc::new(ColdFlushCounters::default());
+        let counters = Arc::new(PartitionCounters::default());
         // The registry's dead-letter sinks append through a `Log` on the registry's own address.
         let registry = PartitionRegistry::create(|ctx| {
             let log = Log {
@@ -128,6 +131,7 @@ impl LogBuilder {
                     clock: clock.clone(),
                     signals: signals.clone(),
                     flush_counters: flush_counters.clone(),
+                    counters: counters.clone(),
                     addresses: Default::default(),
                 }),
             };
@@ -143,14 +147,16 @@ impl LogBuilder {
                     })
                 }
             });
-            PartitionRegistry::new(
-                config.clone(),
+            PartitionRegistry::new(RegistryParts {
+                config: config.clone(),
+                volumes,
                 cold,
-                clock.clone(),
+                clock: clock.clone(),
                 dead_letter_for,
-                signals.clone(),
-                flush_counters.clone(),
-            )
+                signals: signals.clone(),
+                flush_counters: flush_counters.clone(),
+                counters: counters.clone(),
+            })
         });
         Ok(Log {
             inner: Arc::new(Inner {
@@ -159,6 +165,7 @@ impl LogBuilder {
                 clock,
                 signals,
                 flush_counters,
+                counters,
                 addresses: Default::default(),
             }),
         })
@@ -177,10 +184,48 @@ struct Inner {
     clock: Arc<dyn Clock>,
     signals: Arc<Signals>,
     flush_counters: Arc<ColdFlushCounters>,
+    counters: Arc<PartitionCounters>,
     /// Partitions' actors as last located, so a call goes straight to the partition instead
-    /// of asking the registry first (a round trip to its thread). An address whose partition
-    /// has stopped answers so (or is closed) and is located anew.
-    addresses: std::sync::RwLock<HashMap<PartitionId, Addr<PartitionActor>>>,
+    /// of asking the registry first (a round trip to its thread). Weak: a closed partition's
+    /// actor is dropped although its address is remembered here. An address whose partition
+    /// has stopped answers so (or is gone) and is located anew.
+    addresses: std::sync::RwLock<AddressCache>,
+}
+
+/// [`Inner::addresses`]: weak addresses, swept of dead ones as the map grows.
+#[derive(Default)]
+struct AddressCache {
+    addresses: HashMap<PartitionId, WeakAddr<PartitionActor>>,
+    /// Size at which the next insert sweeps out dead addresses.
+    sweep_at: usize,
+}
+
+impl AddressCache {
+    /// Fewest entries before a sweep.
+    const MIN_SWEEP: usize = 1_024;
+
+    fn get(&self, id: &PartitionId) -> Option<Addr<PartitionActor>> {
+        self.addresses.get(id)?.upgrade().filter(Addr::connected)
+    }
+
+    fn insert(&mut self, id: PartitionId, addr: &Addr<PartitionActor>) {
+        self.addresses.insert(id, addr.downgrade());
+        if self.addresses.len() >= self.sweep_at {
+            self.addresses.retain(|_, addr| addr.upgrade().is_some());
+            self.addresses.shrink_to_fit();
+            self.sweep_at = (self.addresses.len() * 2).max(Self::MIN_SWEEP);
+        }
+    }
+
+    fn forget(&mut self, id: &PartitionId, stopped: &Addr<PartitionActor>) {
+        if self
+            .get(id)
+            .as_ref()
+            .is_none_or(|current| current == stopped)
+        {
+            self.addresses.remove(id);
+        }
+    }
 }
 
 impl std::fmt::Debug for Log {
@@ -252,9 +297,8 @@ impl Log {
         let cached = addresses
             .read()
             .unwrap_or_else(|poison| poison.into_inner())
-            .get(id)
-            .cloned();
-        if let Some(partition) = cached.filter(Addr::connected) {
+            .get(id);
+        if let Some(partition) = cached {
             return Ok(Some(partition));
         }
         let located = self
@@ -269,7 +313,7 @@ impl Log {
             addresses
                 .write()
                 .unwrap_or_else(|poison| poison.into_inner())
-                .insert(id.clone(), partition.clone());
+                .insert(id.clone(), partition);
         }
         Ok(located)
     }
@@ -277,14 +321,11 @@ impl Log {
     /// Drops the address of a partition that answered it has stopped (unless another caller
     /// already replaced it).
     fn forget(&self, id: &PartitionId, stopped: &Addr<PartitionActor>) {
-        let mut addresses = self
-            .inner
+        self.inner
             .addresses
             .write()
-            .unwrap_or_else(|poison| poison.into_inner());
-        if addresses.get(id) == Some(stopped) {
-            addresses.remove(id);
-        }
+            .unwrap_or_else(|poison| poison.into_inner())
+            .forget(id, stopped);
     }
 
     /// Sends `message` to the partition's actor (starting it when it has a database, or when
@@ -838,6 +879,12 @@ impl Log {
     /// since it opened. Does not block.
     pub fn cold_flushes(&self) -> Arc<ColdFlushCounters> {
         self.inner.flush_counters.clone()
+    }
+
+    /// The counts of partitions opened and closed since the log opened, and of requests
+    /// refused because every open partition was busy. Does not block.
+    pub fn partition_counters(&self) -> Arc<PartitionCounters> {
+        self.inner.counters.clone()
     }
 
     /// The partitions whose actors are running now.

@@ -21,16 +21,22 @@
 //! | `durability_leases` | gauge (lease rows) | `topic`, `partition`, `group`, `state` |
 //! | `durability_cold_flushes_total` | counter | `result` (`ok`, `error`) |
 //! | `durability_http_request_duration_seconds` | histogram | `method`, `route`, `status` |
+//! | `durability_open_partitions` | gauge | |
+//! | `durability_partitions_opened_total`, `durability_partitions_closed_total` | counter | |
+//! | `durability_partitions_closed_for_room_total` | counter (closed under `max_open`) | |
+//! | `durability_overloaded_total` | counter (requests answered `overloaded`) | |
+//! | `process_open_fds`, `process_threads`, `process_resident_memory_bytes`, ... | the process's own figures (Linux) | |
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use prometheus::{
-    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
 };
 
 use crate::log::Log;
+use crate::registry::PartitionCounters;
 use crate::store::{ColdFlushCounters, LeaseState};
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
@@ -49,8 +55,15 @@ struct Inner {
     leases: IntGaugeVec,
     cold_flushes: IntCounterVec,
     request_duration: HistogramVec,
+    open_partitions: IntGauge,
+    partitions_opened: IntCounter,
+    partitions_closed: IntCounter,
+    partitions_closed_for_room: IntCounter,
+    overloaded: IntCounter,
     /// The stores' own counts, copied into `cold_flushes` at render time.
     flush_counters: Arc<ColdFlushCounters>,
+    /// The registry's own counts, copied in at render time.
+    partition_counters: Arc<PartitionCounters>,
     /// Held while the gauges are refilled and while the registry is rendered, so that a scrape
     /// never shows another scrape's half-filled gauges.
     scrape: Mutex<()>,
@@ -91,12 +104,23 @@ struct GroupState {
 
 impl Metrics {
     /// Fresh metrics, all zero, reading cold flushes from `flush_counters`
-    /// ([`Log::cold_flushes`]).
+    /// ([`Log::cold_flushes`]) and partitions opened and closed from `partition_counters`
+    /// ([`Log::partition_counters`]).
     ///
     /// # Panics
     /// Never in practice: it only registers fixed, valid metric names in a new registry.
-    pub fn new(flush_counters: Arc<ColdFlushCounters>) -> Self {
+    pub fn new(
+        flush_counters: Arc<ColdFlushCounters>,
+        partition_counters: Arc<PartitionCounters>,
+    ) -> Self {
         let registry = Registry::new();
+        #[cfg(target_os = "linux")]
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("the process collector is registered once in a fresh registry");
+        let counter = |name: &str, help: &str| register(&registry, IntCounter::new(name, help));
         let inner = Inner {
             appended_records: register(
                 &registry,
@@ -168,8 +192,29 @@ impl Metrics {
                     &["method", "route", "status"],
                 ),
             ),
+            open_partitions: register(
+                &registry,
+                IntGauge::new("durability_open_partitions", "Partitions open now."),
+            ),
+            partitions_opened: counter(
+                "durability_partitions_opened_total",
+                "Partitions opened since the server started.",
+            ),
+            partitions_closed: counter(
+                "durability_partitions_closed_total",
+                "Partitions closed (idle, to make room, or at shutdown).",
+            ),
+            partitions_closed_for_room: counter(
+                "durability_partitions_closed_for_room_total",
+                "Partitions closed to make room for another under partitions.max_open.",
+            ),
+            overloaded: counter(
+                "durability_overloaded_total",
+                "Requests answered overloaded: every open partition was busy.",
+            ),
             registry,
             flush_counters,
+            partition_counters,
             scrape: Mutex::new(()),
         };
         Self {
@@ -257,6 +302,15 @@ impl Metrics {
             &self.inner.cold_flushes.with_label_values(&["error"]),
             counters.failed(),
         );
+        let partitions = &self.inner.partition_counters;
+        catch_up(&self.inner.partitions_opened, partitions.opened());
+        catch_up(&self.inner.partitions_closed, partitions.closed());
+        catch_up(
+            &self.inner.partitions_closed_for_room,
+            partitions.closed_for_room(),
+        );
+        catch_up(&self.inner.overloaded, partitions.overloaded());
+        self.inner.open_partitions.set(gauge(partitions.open()));
         TextEncoder::new()
             .encode_to_string(&self.inner.registry.gather())
             .unwrap_or_else(|err| {
@@ -350,14 +404,17 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::Metrics;
+    use super::{Metrics, PartitionCounters};
     use crate::store::ColdFlushCounters;
 
     /// Every metric of the contract renders under its name once it has a value, with the
     /// labels it was given; cold flushes render (at zero) before any flush.
     #[test]
     fn renders_every_metric_by_name() {
-        let metrics = Metrics::new(Arc::new(ColdFlushCounters::default()));
+        let metrics = Metrics::new(
+            Arc::new(ColdFlushCounters::default()),
+            Arc::new(PartitionCounters::default()),
+        );
         metrics.appended("events", 3, 42);
         metrics.records_read("events", 2);
         metrics.request("GET", "/topics/{topic}", 200, Duration::from_millis(3));
@@ -390,7 +447,10 @@ mod tests {
     /// Reading empty pages adds no series, so unknown topics do not show up.
     #[test]
     fn empty_reads_add_no_series() {
-        let metrics = Metrics::new(Arc::new(ColdFlushCounters::default()));
+        let metrics = Metrics::new(
+            Arc::new(ColdFlushCounters::default()),
+            Arc::new(PartitionCounters::default()),
+        );
         metrics.records_read("nothing-here", 0);
         assert!(!metrics.render().contains("nothing-here"));
     }

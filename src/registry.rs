@@ -1,28 +1,36 @@
 //! `PartitionRegistry`: the supervisor that maps `{topic}:{partition}` to its running actor.
 //!
-//! Only a write starts a partition that has no database yet; a read of a partition never
-//! written answers `None` and creates nothing. A partition found on disk is started on its
-//! first message, and woken once after the registry starts so that its retention runs. A
-//! partition idle for `idle_stop_ms` is drained and stopped, and woken again when its oldest
-//! hot record becomes due for age retention.
+//! Partitions live in a fixed set of [`Volume`]s under `storage.data_dir`; the registry knows
+//! which volume holds each (its catalog, read at start). Only a write adds a partition; a read
+//! of a partition never written answers `None` and creates nothing. A known partition is
+//! opened on its first message, and woken once after the registry starts so that its retention
+//! runs. At most `partitions.max_open` are open: opening one more first closes the least
+//! recently used one with nothing in flight, or, when all are busy, answers
+//! [`Error::Overloaded`]. A partition idle for `idle_stop_ms` is drained and stopped, and woken
+//! again when its oldest hot record becomes due for age retention. A closing partition is not
+//! opened again before its drain finished, so a partition never has two writers.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, AtomicResponse, Context, Handler, Message,
-    WrapFuture,
+    ResponseActFuture, WrapFuture,
 };
+use tokio::sync::oneshot;
 
 use crate::clock::Clock;
 use crate::cold::ColdStore;
 use crate::config::Config;
 use crate::error::Error;
 use crate::names::{PartitionId, validate_topic};
-use crate::partition::{DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup};
-use crate::store::{ColdFlushCounters, ColdTier, StoreOptions};
+use crate::partition::{
+    DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, RunRetention, Usage, Workers,
+};
+use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreOptions, Volume};
 
 /// Wake-ups for readers waiting for new records: one per partition and one per topic.
 #[derive(Debug, Default)]
@@ -43,6 +51,138 @@ impl Signals {
         let mut signals = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
         signals.entry(key).or_default().clone()
     }
+
+    /// Forgets the signals nobody holds any more (no running partition, no waiting reader),
+    /// so their memory returns once partitions close.
+    fn release_unused(&self) {
+        let mut signals = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        signals.retain(|_, signal| Arc::strong_count(signal) > 1);
+    }
+}
+
+/// Counters of partitions opened and closed, read by the server's metrics.
+#[derive(Debug, Default)]
+pub struct PartitionCounters {
+    opened: AtomicU64,
+    closed: AtomicU64,
+    closed_for_room: AtomicU64,
+    overloaded: AtomicU64,
+}
+
+impl PartitionCounters {
+    /// Partitions opened (an actor started) since the log opened.
+    pub fn opened(&self) -> u64 {
+        self.opened.load(Ordering::Relaxed)
+    }
+
+    /// Partitions closed (idle, to make room, or at shutdown) since the log opened.
+    pub fn closed(&self) -> u64 {
+        self.closed.load(Ordering::Relaxed)
+    }
+
+    /// Partitions closed to make room for another under `partitions.max_open`.
+    pub fn closed_for_room(&self) -> u64 {
+        self.closed_for_room.load(Ordering::Relaxed)
+    }
+
+    /// Requests refused with `overloaded`: every open partition was busy.
+    pub fn overloaded(&self) -> u64 {
+        self.overloaded.load(Ordering::Relaxed)
+    }
+
+    /// Partitions open now.
+    pub fn open(&self) -> u64 {
+        self.opened().saturating_sub(self.closed())
+    }
+}
+
+/// The volumes of a data folder and which one holds each partition.
+pub(crate) struct Volumes {
+    volumes: Vec<Arc<Volume>>,
+    catalog: HashMap<PartitionId, usize>,
+    /// Volumes that new partitions are spread over (`storage.volumes`).
+    spread: usize,
+}
+
+impl Volumes {
+    /// Opens every volume of `config`'s data folder (at least `storage.volumes`) and reads
+    /// their catalogs. Refuses a folder of the earlier one-database-per-partition layout.
+    pub fn open(config: &Config) -> Result<Self, Error> {
+        let dir = &config.storage.data_dir;
+        let unavailable = |reason: String| Error::Unavailable {
+            partition: "*".into(),
+            reason,
+        };
+        if let Some(old) = earlier_layout_file(dir) {
+            return Err(unavailable(format!(
+                "{} holds a partition database of the earlier one-file-per-partition layout \
+                 ({}); this version keeps partitions in shared volumes and does not migrate \
+                 them: move that folder away or set storage.data_dir to another folder",
+                dir.display(),
+                old.display()
+            )));
+        }
+        let mut count = config.storage.volumes;
+        while dir.join(volume_file(count)).exists() {
+            count += 1;
+        }
+        let mut volumes = Vec::with_capacity(count);
+        let mut catalog = HashMap::new();
+        for index in 0..count {
+            let path = dir.join(volume_file(index));
+            let volume = Volume::open(&path, config.storage.sync)
+                .map_err(|err| unavailable(format!("cannot open {}: {err}", path.display())))?;
+            let partitions = volume
+                .partitions()
+                .map_err(|err| unavailable(format!("cannot read {}: {err}", path.display())))?;
+            for (_, topic, partition) in partitions {
+                if let Ok(id) = PartitionId::new(&topic, partition) {
+                    catalog.insert(id, index);
+                }
+            }
+            volumes.push(volume);
+        }
+        Ok(Self {
+            volumes,
+            catalog,
+            spread: config.storage.volumes,
+        })
+    }
+
+    /// The volume holding `id`, or where a new `id` goes.
+    fn volume_of(&self, id: &PartitionId) -> (usize, bool) {
+        match self.catalog.get(id) {
+            Some(&index) => (index, true),
+            None => {
+                let hash = crate::routing::fnv1a_utf16(&id.to_string()) as usize;
+                (hash % self.spread, false)
+            }
+        }
+    }
+}
+
+/// `volume-{index}.sqlite`.
+fn volume_file(index: usize) -> String {
+    format!("volume-{index}.sqlite")
+}
+
+/// A `{topic}/{index}.sqlite` file of the earlier layout, if the folder has one.
+fn earlier_layout_file(dir: &Path) -> Option<PathBuf> {
+    let topics = std::fs::read_dir(dir).ok()?;
+    topics.flatten().find_map(|topic| {
+        let name = topic.file_name().to_string_lossy().into_owned();
+        if validate_topic(&name).is_err() || !topic.path().is_dir() {
+            return None;
+        }
+        std::fs::read_dir(topic.path())
+            .ok()?
+            .flatten()
+            .find_map(|file| {
+                let file_name = file.file_name().to_string_lossy().into_owned();
+                let index = file_name.strip_suffix(".sqlite")?;
+                index.parse::<u32>().is_ok().then(|| file.path())
+            })
+    })
 }
 
 /// Builds the dead-letter destination of a topic, if it has one.
@@ -57,70 +197,75 @@ pub(crate) struct PartitionRegistry {
     signals: Arc<Signals>,
     /// Every partition's store counts its cold flushes here.
     flush_counters: Arc<ColdFlushCounters>,
+    counters: Arc<PartitionCounters>,
+    volumes: Volumes,
+    workers: Workers,
+    max_open: usize,
     running: HashMap<PartitionId, Running>,
+    /// Partitions draining, and who waits to open them again.
+    closing: HashMap<PartitionId, Vec<oneshot::Sender<()>>>,
     generations: u64,
 }
 
 struct Running {
     addr: Addr<PartitionActor>,
     generation: u64,
+    usage: Arc<Usage>,
+}
+
+/// What the registry is built from (see [`PartitionRegistry::new`]).
+pub(crate) struct RegistryParts {
+    pub config: Arc<Config>,
+    pub volumes: Volumes,
+    pub cold: Option<Arc<dyn ColdStore>>,
+    pub clock: Arc<dyn Clock>,
+    pub dead_letter_for: DeadLetterFor,
+    pub signals: Arc<Signals>,
+    pub flush_counters: Arc<ColdFlushCounters>,
+    pub counters: Arc<PartitionCounters>,
 }
 
 impl PartitionRegistry {
-    pub(crate) fn new(
-        config: Arc<Config>,
-        cold: Option<Arc<dyn ColdStore>>,
-        clock: Arc<dyn Clock>,
-        dead_letter_for: DeadLetterFor,
-        signals: Arc<Signals>,
-        flush_counters: Arc<ColdFlushCounters>,
-    ) -> Self {
-        Self {
+    /// A registry over `parts`; starts the worker threads. Must run inside an actix `System`.
+    pub(crate) fn new(parts: RegistryParts) -> Self {
+        let RegistryParts {
+            config,
+            volumes,
+            cold,
+            clock,
+            dead_letter_for,
             signals,
             flush_counters,
+            counters,
+        } = parts;
+        let max_open = config.partitions.max_open();
+        log::info!(
+            "partitions: {} known in {} volumes, at most {max_open} open at once",
+            volumes.catalog.len(),
+            volumes.volumes.len()
+        );
+        Self {
+            workers: Workers::start(config.storage.workers),
+            max_open,
+            signals,
+            flush_counters,
+            counters,
+            volumes,
             config,
             cold,
             clock,
             dead_letter_for,
             running: HashMap::new(),
+            closing: HashMap::new(),
             generations: 0,
         }
     }
 
-    /// Where a partition's database lives: `{data_dir}/{topic}/{index}.sqlite`.
-    fn path_of(&self, id: &PartitionId) -> PathBuf {
-        self.config
-            .storage
-            .data_dir
-            .join(id.topic())
-            .join(format!("{}.sqlite", id.index()))
-    }
-
-    fn locate(
-        &mut self,
-        id: &PartitionId,
-        create: bool,
-        ctx: &mut Context<Self>,
-    ) -> Result<Option<Addr<PartitionActor>>, Error> {
-        if let Some(running) = self.running.get(id) {
-            return Ok(Some(running.addr.clone()));
-        }
-        let path = self.path_of(id);
-        if !create && !path.exists() {
-            return Ok(None);
-        }
-        if let Some(folder) = path.parent() {
-            std::fs::create_dir_all(folder).map_err(|err| Error::Unavailable {
-                partition: id.to_string(),
-                reason: format!("cannot create {}: {err}", folder.display()),
-            })?;
-        }
-        self.generations += 1;
+    fn store_options(&self, id: &PartitionId, dead_letter: bool) -> StoreOptions {
         let topic = self.config.topic(id.topic());
-        let dead_letter = (self.dead_letter_for)(id.topic());
         let mut leases = topic.leases.options();
-        leases.dead_letter = dead_letter.is_some();
-        let options = StoreOptions {
+        leases.dead_letter = dead_letter;
+        StoreOptions {
             sync: self.config.storage.sync,
             max_batch_size: topic.log.max_batch_size,
             max_record_bytes: topic.log.max_record_bytes,
@@ -134,10 +279,46 @@ impl PartitionRegistry {
             }),
             leases,
             flush_counters: Some(self.flush_counters.clone()),
+        }
+    }
+
+    /// The running actor of `id`, opening the partition if it is known, or if `create` (a
+    /// write). Must not be called while `id` is closing.
+    fn locate(
+        &mut self,
+        id: &PartitionId,
+        create: bool,
+        ctx: &mut Context<Self>,
+    ) -> Result<Option<Addr<PartitionActor>>, Error> {
+        if let Some(running) = self.running.get(id) {
+            return Ok(Some(running.addr.clone()));
+        }
+        let (volume_index, known) = self.volumes.volume_of(id);
+        if !known && !create {
+            return Ok(None);
+        }
+        if self.running.len() >= self.max_open {
+            self.make_room(id, ctx)?;
+        }
+        let unavailable = |err: crate::store::StoreError| Error::Unavailable {
+            partition: id.to_string(),
+            reason: format!("cannot open its store: {err}"),
         };
+        let volume = self.volumes.volumes[volume_index].clone();
+        let dead_letter = (self.dead_letter_for)(id.topic());
+        let options = self.store_options(id, dead_letter.is_some());
+        let Some(store) = LogStore::open_in(&volume, id.topic(), id.index(), options.clone(), true)
+            .map_err(unavailable)?
+        else {
+            return Ok(None);
+        };
+        self.volumes.catalog.insert(id.clone(), volume_index);
+        self.generations += 1;
+        let topic = self.config.topic(id.topic());
+        let usage = Arc::new(Usage::default());
         let setup = PartitionSetup {
             id: id.clone(),
-            path,
+            volume,
             options,
             sweep_interval: Duration::from_millis(topic.retention.sweep_interval_ms),
             idle_stop: Duration::from_millis(self.config.partitions.idle_stop_ms),
@@ -145,51 +326,78 @@ impl PartitionRegistry {
             on_idle: Some(ctx.address().recipient()),
             generation: self.generations,
             appended: [self.signals.partition(id), self.signals.topic(id.topic())],
+            workers: self.workers.clone(),
+            usage: usage.clone(),
         };
-        let addr = PartitionActor::start(setup)?;
-        log::debug!("partition {id} started");
+        let addr = PartitionActor::start(setup, store);
+        self.counters.opened.fetch_add(1, Ordering::Relaxed);
+        log::debug!("partition {id} opened");
         self.running.insert(
             id.clone(),
             Running {
                 addr: addr.clone(),
                 generation: self.generations,
+                usage,
             },
         );
         Ok(Some(addr))
     }
 
-    /// Every partition that has a database on disk.
-    fn partitions_on_disk(&self) -> Vec<PartitionId> {
-        let mut found = Vec::new();
-        let Ok(topics) = std::fs::read_dir(&self.config.storage.data_dir) else {
-            return found;
+    /// Closes the least recently used open partition with nothing in flight, or answers
+    /// [`Error::Overloaded`] when every open partition is busy.
+    fn make_room(&mut self, wanted: &PartitionId, ctx: &mut Context<Self>) -> Result<(), Error> {
+        let victim = self
+            .running
+            .iter()
+            .filter(|(_, running)| !running.usage.is_busy())
+            .min_by_key(|(_, running)| running.usage.last_used())
+            .map(|(id, _)| id.clone());
+        let Some(victim) = victim else {
+            self.counters.overloaded.fetch_add(1, Ordering::Relaxed);
+            return Err(Error::Overloaded {
+                partition: wanted.to_string(),
+                open: self.running.len(),
+            });
         };
-        for topic in topics.flatten() {
-            let name = topic.file_name().to_string_lossy().into_owned();
-            if validate_topic(&name).is_err() || !topic.path().is_dir() {
-                continue;
-            }
-            let Ok(files) = std::fs::read_dir(topic.path()) else {
-                continue;
-            };
-            for file in files.flatten() {
-                let file = file.file_name().to_string_lossy().into_owned();
-                let index = file
-                    .strip_suffix(".sqlite")
-                    .and_then(|index| index.parse::<u32>().ok());
-                if let Some(id) = index.and_then(|index| PartitionId::new(&name, index).ok()) {
-                    found.push(id);
-                }
-            }
-        }
-        found.sort();
-        found
+        self.counters
+            .closed_for_room
+            .fetch_add(1, Ordering::Relaxed);
+        self.close(&victim, ctx);
+        Ok(())
     }
 
-    /// Starts `id` (if it is not running) so that its retention runs.
+    /// Drains and stops a running partition; it may open again once the drain finished.
+    fn close(&mut self, id: &PartitionId, ctx: &mut Context<Self>) {
+        let Some(running) = self.running.remove(id) else {
+            return;
+        };
+        self.closing.insert(id.clone(), Vec::new());
+        let id = id.clone();
+        ctx.spawn(
+            async move {
+                let _ = running.addr.send(Drain).await;
+            }
+            .into_actor(self)
+            .map(move |(), registry, _| {
+                registry.counters.closed.fetch_add(1, Ordering::Relaxed);
+                for waiter in registry.closing.remove(&id).unwrap_or_default() {
+                    let _ = waiter.send(());
+                }
+                registry.signals.release_unused();
+                log::debug!("partition {id} closed");
+            }),
+        );
+    }
+
+    /// Opens `id` (if it is not open) and runs its retention.
     fn wake(&mut self, id: &PartitionId, ctx: &mut Context<Self>) {
-        if let Err(err) = self.locate(id, false, ctx) {
-            log::warn!("partition {id}: cannot wake it for retention: {err}");
+        if self.closing.contains_key(id) {
+            return; // it opens again with its next message
+        }
+        match self.locate(id, false, ctx) {
+            Ok(Some(partition)) => partition.do_send(RunRetention),
+            Ok(None) => {}
+            Err(err) => log::warn!("partition {id}: cannot wake it for retention: {err}"),
         }
     }
 }
@@ -197,10 +405,11 @@ impl PartitionRegistry {
 impl Actor for PartitionRegistry {
     type Context = Context<Self>;
 
-    /// Wakes every partition found on disk once, spread over one sweep interval, so retention
-    /// runs on partitions nobody touches after a restart.
+    /// Wakes every known partition once, spread over one sweep interval, so retention runs on
+    /// partitions nobody touches after a restart.
     fn started(&mut self, ctx: &mut Self::Context) {
-        let found = self.partitions_on_disk();
+        let mut found: Vec<PartitionId> = self.volumes.catalog.keys().cloned().collect();
+        found.sort();
         let spread = Duration::from_millis(self.config.retention.sweep_interval_ms);
         let count = found.len().max(1) as u32;
         for (position, id) in found.into_iter().enumerate() {
@@ -211,7 +420,7 @@ impl Actor for PartitionRegistry {
     }
 }
 
-/// Finds a partition's actor, starting it if it has a database, or if `create` (a write).
+/// Finds a partition's actor, opening it if it is known, or if `create` (a write).
 #[derive(Message, Debug)]
 #[rtype(result = "Result<Option<Addr<PartitionActor>>, Error>")]
 pub(crate) struct Locate {
@@ -220,41 +429,52 @@ pub(crate) struct Locate {
 }
 
 impl Handler<Locate> for PartitionRegistry {
-    type Result = Result<Option<Addr<PartitionActor>>, Error>;
+    type Result = ResponseActFuture<Self, Result<Option<Addr<PartitionActor>>, Error>>;
 
+    /// A partition that is closing opens again once its drain finished.
     fn handle(&mut self, locate: Locate, ctx: &mut Self::Context) -> Self::Result {
-        self.locate(&locate.id, locate.create, ctx)
+        let Some(waiters) = self.closing.get_mut(&locate.id) else {
+            return Box::pin(actix::fut::ready(self.locate(
+                &locate.id,
+                locate.create,
+                ctx,
+            )));
+        };
+        let (closed, on_closed) = oneshot::channel();
+        waiters.push(closed);
+        Box::pin(
+            async move {
+                let _ = on_closed.await;
+            }
+            .into_actor(self)
+            .map(move |(), registry, ctx| {
+                if registry.closing.contains_key(&locate.id) {
+                    return Err(Error::PartitionStopped);
+                }
+                registry.locate(&locate.id, locate.create, ctx)
+            }),
+        )
     }
 }
 
 impl Handler<PartitionIdle> for PartitionRegistry {
-    /// Atomic: no partition is located (or started again) until this one has drained, so a
-    /// database never has two writers.
-    type Result = AtomicResponse<Self, ()>;
+    type Result = ();
 
-    fn handle(&mut self, idle: PartitionIdle, ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, idle: PartitionIdle, ctx: &mut Self::Context) {
         let current = self
             .running
             .get(&idle.id)
             .is_some_and(|running| running.generation == idle.generation);
         if !current {
-            return AtomicResponse::new(Box::pin(async {}.into_actor(self)));
+            return;
         }
-        let running = self.running.remove(&idle.id).expect("checked above");
         if let Some(wake_at) = idle.wake_at {
             let delay =
                 Duration::from_millis(wake_at.saturating_sub(self.clock.now_ms()).max(0) as u64);
             let id = idle.id.clone();
             ctx.run_later(delay, move |registry, ctx| registry.wake(&id, ctx));
         }
-        let id = idle.id;
-        AtomicResponse::new(Box::pin(
-            async move {
-                let _ = running.addr.send(Drain).await;
-            }
-            .into_actor(self)
-            .map(move |(), _, _| log::debug!("partition {id} stopped after being idle")),
-        ))
+        self.close(&idle.id, ctx);
     }
 }
 
@@ -268,10 +488,12 @@ impl Handler<Shutdown> for PartitionRegistry {
 
     fn handle(&mut self, _: Shutdown, _: &mut Self::Context) -> Self::Result {
         let running: Vec<Running> = self.running.drain().map(|(_, running)| running).collect();
+        let counters = self.counters.clone();
         AtomicResponse::new(Box::pin(
             async move {
                 for running in running {
                     let _ = running.addr.send(Drain).await;
+                    counters.closed.fetch_add(1, Ordering::Relaxed);
                 }
             }
             .into_actor(self),
@@ -289,10 +511,12 @@ impl Handler<WrittenTopics> for PartitionRegistry {
 
     fn handle(&mut self, _: WrittenTopics, _: &mut Self::Context) -> Self::Result {
         let mut topics: Vec<String> = self
-            .partitions_on_disk()
-            .into_iter()
+            .volumes
+            .catalog
+            .keys()
             .map(|id| id.topic().to_owned())
             .collect();
+        topics.sort();
         topics.dedup();
         topics
     }

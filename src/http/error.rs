@@ -8,6 +8,9 @@ use serde_json::{Map, Value, json};
 use crate::error::Error;
 use crate::store::{AppendRejection, StoreError};
 
+/// Seconds a client is told to wait (`Retry-After`) before retrying an `overloaded` request.
+const OVERLOADED_RETRY_AFTER_SECS: u32 = 1;
+
 /// An error answered over HTTP.
 #[derive(Debug)]
 pub struct ApiError {
@@ -72,7 +75,14 @@ impl ResponseError for ApiError {
         error.insert("code".into(), json!(self.code));
         error.insert("message".into(), json!(self.message));
         error.extend(self.details.clone());
-        HttpResponse::build(self.status_code()).json(json!({ "error": error }))
+        let mut response = HttpResponse::build(self.status_code());
+        if self.code == "overloaded" {
+            response.insert_header((
+                actix_web::http::header::RETRY_AFTER,
+                OVERLOADED_RETRY_AFTER_SECS,
+            ));
+        }
+        response.json(json!({ "error": error }))
     }
 }
 

@@ -38,7 +38,7 @@ impl HttpState {
     /// The state for serving `log` with its configuration's `[server]` settings, counting into
     /// fresh [`Metrics`].
     pub fn new(log: Log) -> Self {
-        let metrics = Metrics::new(log.cold_flushes());
+        let metrics = Metrics::new(log.cold_flushes(), log.partition_counters());
         Self::with_metrics(log, metrics)
     }
 
@@ -62,7 +62,7 @@ impl HttpState {
 /// Each call counts into its own [`Metrics`]; an `HttpServer`, which calls its app factory
 /// once per worker, shares one through [`service_with_metrics`].
 pub fn service(log: Log) -> impl FnOnce(&mut web::ServiceConfig) {
-    let metrics = Metrics::new(log.cold_flushes());
+    let metrics = Metrics::new(log.cold_flushes(), log.partition_counters());
     service_with_metrics(log, metrics)
 }
 

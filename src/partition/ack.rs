@@ -19,7 +19,7 @@ impl Handler<Ack> for PartitionActor {
     type Result = ResponseFuture<Result<Option<u64>, Error>>;
 
     fn handle(&mut self, ack: Ack, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, move |store| async move {
+        self.on_worker(ctx, move |store| async move {
             Ok(store.ack(&ack.group, &ack.batch_id)?)
         })
     }

@@ -15,7 +15,7 @@ use actix::dev::MessageResponse;
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
 use tokio::sync::oneshot;
 
-use super::PartitionActor;
+use super::{InFlight, PartitionActor};
 use crate::error::Error;
 use crate::load::{LoadSnapshot, Request};
 use crate::store::{AppendOutcome, NewRecord, StoreError};
@@ -48,6 +48,8 @@ pub(super) struct Queued {
     records: Vec<NewRecord>,
     request: Request,
     reply: Option<Reply>,
+    /// Keeps the partition open until the caller is answered.
+    _in_flight: InFlight,
 }
 
 /// What the `Append` handler answers with: the batch joins the queue along with the caller's
@@ -99,6 +101,7 @@ impl Handler<Append> for PartitionActor {
             records: append.records,
             request: self.load.begin_inbound(),
             reply: None,
+            _in_flight: self.begin_async(),
         };
         Enqueue(Ok((self.queued.clone(), queued)))
     }
@@ -113,9 +116,9 @@ impl Handler<Flush> for PartitionActor {
 }
 
 impl PartitionActor {
-    /// Starts a group commit of everything queued on the writer thread, unless one is
-    /// running: then its completion starts the next one, so commits follow each other
-    /// without a gap while appends keep queueing.
+    /// Hands everything queued to the volume's committer, unless a commit of this partition is
+    /// running: then its completion starts the next one, so this partition's appends keep
+    /// their order and commits follow each other without a gap while appends keep queueing.
     pub(super) fn flush(&mut self, ctx: &mut Context<Self>) {
         self.flush_scheduled = false;
         if self.committing || self.queued.borrow().is_empty() {
@@ -129,15 +132,20 @@ impl PartitionActor {
         self.committing = true;
         let (replies, batches): (Vec<_>, Vec<_>) = queued
             .into_iter()
-            .map(|queued| ((queued.request, queued.reply), queued.records))
+            .map(|queued| {
+                (
+                    (queued.request, queued.reply, queued._in_flight),
+                    queued.records,
+                )
+            })
             .unzip();
         let (answer, answered) = oneshot::channel();
-        self.writer.spawn(async move {
-            let result = store
-                .append_batches(&batches)
-                .map(|outcomes| (outcomes, store.pending_deliveries().unwrap_or(0)));
-            let _ = answer.send(result);
-        });
+        store.submit_append(
+            batches,
+            Box::new(move |result| {
+                let _ = answer.send(result);
+            }),
+        );
         let id = self.setup.id.clone();
         ctx.spawn(
             async move { answered.await.unwrap_or(Err(StoreError::Poisoned)) }
@@ -171,7 +179,7 @@ impl PartitionActor {
     fn answer(
         &mut self,
         id: &crate::names::PartitionId,
-        replies: Vec<(Request, Option<Reply>)>,
+        replies: Vec<(Request, Option<Reply>, InFlight)>,
         result: Result<(Vec<AppendOutcome>, u64), StoreError>,
     ) {
         self.stats.appends += replies.len() as u64;
@@ -185,7 +193,7 @@ impl PartitionActor {
                 }
                 // One snapshot for the group, taken while all of its appends are in flight.
                 let load = self.load.snapshot(pending);
-                for ((request, reply), outcome) in replies.into_iter().zip(outcomes) {
+                for ((request, reply, _in_flight), outcome) in replies.into_iter().zip(outcomes) {
                     self.load.finish(&request);
                     if let Some(reply) = reply {
                         let _ = reply.send(Ok(Appended {
@@ -197,7 +205,7 @@ impl PartitionActor {
             }
             Err(err) => {
                 let err = Error::from(err);
-                for (request, reply) in replies {
+                for (request, reply, _in_flight) in replies {
                     self.load.finish(&request);
                     if let Some(reply) = reply {
                         let _ = reply.send(Err(err.for_another_caller(id)));

@@ -15,6 +15,6 @@ impl Handler<Bounds> for PartitionActor {
     type Result = ResponseFuture<Result<store::Bounds, Error>>;
 
     fn handle(&mut self, _: Bounds, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, |store| async move { Ok(store.bounds()?) })
+        self.on_worker(ctx, |store| async move { Ok(store.bounds()?) })
     }
 }

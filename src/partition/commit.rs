@@ -20,7 +20,7 @@ impl Handler<Commit> for PartitionActor {
     type Result = ResponseFuture<Result<u64, Error>>;
 
     fn handle(&mut self, commit: Commit, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, move |store| async move {
+        self.on_worker(ctx, move |store| async move {
             Ok(store.commit(&commit.group, commit.offset)?)
         })
     }

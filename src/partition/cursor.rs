@@ -17,7 +17,7 @@ impl Handler<Cursor> for PartitionActor {
     type Result = ResponseFuture<Result<Option<u64>, Error>>;
 
     fn handle(&mut self, cursor: Cursor, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(
+        self.on_worker(
             ctx,
             move |store| async move { Ok(store.cursor(&cursor.group)?) },
         )

@@ -16,6 +16,6 @@ impl Handler<Cursors> for PartitionActor {
     type Result = ResponseFuture<Result<BTreeMap<String, u64>, Error>>;
 
     fn handle(&mut self, _: Cursors, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, |store| async move { Ok(store.cursors()?) })
+        self.on_worker(ctx, |store| async move { Ok(store.cursors()?) })
     }
 }

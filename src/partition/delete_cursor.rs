@@ -18,7 +18,7 @@ impl Handler<DeleteCursor> for PartitionActor {
     type Result = ResponseFuture<Result<bool, Error>>;
 
     fn handle(&mut self, delete: DeleteCursor, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, move |store| async move {
+        self.on_worker(ctx, move |store| async move {
             Ok(store.delete_cursor(&delete.group)?)
         })
     }

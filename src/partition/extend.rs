@@ -19,7 +19,7 @@ impl Handler<Extend> for PartitionActor {
     type Result = ResponseFuture<Result<i64, Error>>;
 
     fn handle(&mut self, extend: Extend, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, move |store| async move {
+        self.on_worker(ctx, move |store| async move {
             Ok(store.extend(&extend.group, &extend.batch_id)?)
         })
     }

@@ -17,7 +17,7 @@ impl Handler<ForgetColdBefore> for PartitionActor {
     type Result = ResponseFuture<Result<u64, Error>>;
 
     fn handle(&mut self, forget: ForgetColdBefore, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, move |store| async move {
+        self.on_worker(ctx, move |store| async move {
             Ok(store.forget_cold_before(forget.before)?)
         })
     }

@@ -26,7 +26,7 @@ impl Handler<Lease> for PartitionActor {
     fn handle(&mut self, lease: Lease, ctx: &mut Context<Self>) -> Self::Result {
         let dead_letter = self.setup.dead_letter.clone();
         let id = self.setup.id.clone();
-        self.on_writer(ctx, move |store| async move {
+        self.on_worker(ctx, move |store| async move {
             match store.lease(&lease.group, lease.limit).await? {
                 LeaseOutcome::Leased(leased) => Ok(Some(leased)),
                 LeaseOutcome::Idle => Ok(None),

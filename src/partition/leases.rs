@@ -18,7 +18,7 @@ impl Handler<Leases> for PartitionActor {
     type Result = ResponseFuture<Result<Vec<LeaseRow>, Error>>;
 
     fn handle(&mut self, leases: Leases, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(
+        self.on_worker(
             ctx,
             move |store| async move { Ok(store.leases(&leases.group)?) },
         )

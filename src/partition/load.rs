@@ -17,7 +17,7 @@ impl Handler<Load> for PartitionActor {
 
     fn handle(&mut self, _: Load, ctx: &mut Context<Self>) -> Self::Result {
         let load = self.load.clone();
-        self.on_writer(ctx, move |store| async move {
+        self.on_worker(ctx, move |store| async move {
             Ok(load.snapshot(store.pending_deliveries()?))
         })
     }

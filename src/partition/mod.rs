@@ -1,16 +1,17 @@
 //! `PartitionActor`: one actor per partition, the single writer of its SQLite database.
 //!
-//! Each operation is a typed [`Message`] in its own file with its handler. The
-//! actor lives on the arbiter that started the log (message passing with producers on that
-//! event loop costs no thread switch), and every write and every cold-store call runs on the
-//! partition's own writer thread (an [`Arbiter`](actix::Arbiter)), so a blocking fsync never
-//! stalls the event loop or another partition. Hot reads are the exception: one short query on
-//! a pooled WAL reader, which never waits for a commit, they run on the event loop (see
-//! [`Read`]). Appends that arrive while a commit runs are committed together in the next
-//! transaction (group commit, see [`Append`]). A timer only
-//! enqueues [`RunRetention`]; the handler trims on the writer thread. A partition idle for
-//! `idle_stop` tells the registry, which drains it; a partition whose store failed a commit
-//! stops at its next message and its supervisor restarts it, reopening the database.
+//! Each operation is a typed [`Message`] in its own file with its handler. The actor lives on
+//! the arbiter that started the log (message passing with producers on that event loop costs
+//! no thread switch) and owns no thread: appends go to its volume's committer thread, which
+//! commits the appends of every partition of the volume in one transaction (group commit, see
+//! [`Append`]); other blocking work (cursor commits, leases, retention) runs on one of a fixed
+//! set of worker threads shared by every partition (`[storage] workers`), so a blocking fsync
+//! never stalls the event loop. Hot reads are the exception: one short query on a pooled WAL
+//! reader, which never waits for a commit, they run on the event loop (see [`Read`]). A timer
+//! only enqueues [`RunRetention`]. A partition idle for `idle_stop` tells the registry, which
+//! drains it; a drained partition cancels its timers and stops, and its actor is dropped. A
+//! partition whose volume failed a commit stops at its next message and its supervisor
+//! restarts it, reopening its store.
 
 mod ack;
 mod append;
@@ -28,12 +29,10 @@ mod nack;
 mod read;
 mod trim;
 
-use std::cell::Cell;
 use std::future::Future;
-use std::path::PathBuf;
 use std::pin::Pin;
-use std::rc::Rc;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use actix::{
@@ -61,7 +60,7 @@ pub use trim::{RunRetention, Trim};
 use crate::error::Error;
 use crate::load::LoadObserver;
 use crate::names::PartitionId;
-use crate::store::{LogStore, Record, StoreOptions};
+use crate::store::{LogStore, Record, StoreOptions, Volume};
 
 /// Where exhausted lease ranges go (SEMANTICS Part A 18): the server's dead-letter topic, or
 /// an embedder's own callback.
@@ -79,7 +78,7 @@ pub trait DeadLetter: std::fmt::Debug + Send + Sync {
 #[derive(Debug, Clone)]
 pub(crate) struct PartitionSetup {
     pub id: PartitionId,
-    pub path: PathBuf,
+    pub volume: Arc<Volume>,
     pub options: StoreOptions,
     pub sweep_interval: Duration,
     pub idle_stop: Duration,
@@ -91,6 +90,64 @@ pub(crate) struct PartitionSetup {
     /// Woken after each commit that appended records (this partition's, then its topic's), so
     /// long-polling readers answer at once.
     pub appended: [Arc<tokio::sync::Notify>; 2],
+    /// The threads that run blocking work.
+    pub workers: Workers,
+    /// What the registry reads to choose a partition to close.
+    pub usage: Arc<Usage>,
+}
+
+/// The fixed set of threads that run partitions' blocking work other than appends; a
+/// partition always uses the same one.
+#[derive(Debug, Clone)]
+pub(crate) struct Workers(Arc<[actix::ArbiterHandle]>);
+
+impl Workers {
+    /// `count` new worker threads (at least one), stopped when the system stops.
+    pub fn start(count: usize) -> Self {
+        Self(
+            (0..count.max(1))
+                .map(|_| actix::Arbiter::new().handle())
+                .collect(),
+        )
+    }
+
+    fn for_partition(&self, id: &PartitionId) -> &actix::ArbiterHandle {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        id.hash(&mut hasher);
+        &self.0[hasher.finish() as usize % self.0.len()]
+    }
+}
+
+/// A running partition's use, shared with the registry: how much is in flight (a partition
+/// with anything in flight is never closed to make room) and when it was last used.
+#[derive(Debug, Default)]
+pub(crate) struct Usage {
+    in_flight: AtomicUsize,
+    /// Milliseconds since [`Usage::epoch`], at the last message.
+    last_used: AtomicU64,
+}
+
+impl Usage {
+    fn epoch() -> Instant {
+        static EPOCH: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *EPOCH.get_or_init(Instant::now)
+    }
+
+    fn touch(&self) {
+        let now = Self::epoch().elapsed().as_millis() as u64;
+        self.last_used.store(now, Ordering::Relaxed);
+    }
+
+    /// When the partition was last used (larger is more recent).
+    pub fn last_used(&self) -> u64 {
+        self.last_used.load(Ordering::Relaxed)
+    }
+
+    /// Whether anything is in flight: queued or committing appends, reads, trims, leases.
+    pub fn is_busy(&self) -> bool {
+        self.in_flight.load(Ordering::SeqCst) > 0
+    }
 }
 
 /// Sent to the registry by a partition idle for `idle_stop` with nothing in flight.
@@ -134,8 +191,6 @@ pub struct PartitionActor {
     setup: PartitionSetup,
     /// `None` when reopening after a failure did not succeed: every operation is unavailable.
     store: Option<Arc<LogStore>>,
-    /// The thread that does this partition's blocking work.
-    writer: actix::Arbiter,
     load: Arc<LoadObserver>,
     queued: append::AppendQueue,
     flush_scheduled: bool,
@@ -146,24 +201,22 @@ pub struct PartitionActor {
     drained: Vec<oneshot::Sender<()>>,
     timers: Vec<SpawnHandle>,
     last_activity: Instant,
-    /// Asynchronous operations (reads, trims, leases) not finished yet.
-    in_flight: Rc<Cell<usize>>,
     stats: PartitionStats,
 }
 
 impl PartitionActor {
-    /// Opens the store and starts the actor on the current arbiter, under a supervisor, with
-    /// a new writer thread.
-    pub(crate) fn start(setup: PartitionSetup) -> Result<actix::Addr<Self>, Error> {
-        let store = Arc::new(LogStore::open(&setup.path, setup.options.clone())?);
-        Ok(actix::Supervisor::start(move |ctx: &mut Context<Self>| {
+    /// Starts the actor of the partition `store` opened, on the current arbiter, under a
+    /// supervisor.
+    pub(crate) fn start(setup: PartitionSetup, store: LogStore) -> actix::Addr<Self> {
+        let store = Arc::new(store);
+        setup.usage.touch();
+        actix::Supervisor::start(move |ctx: &mut Context<Self>| {
             // Producers wait for their answers, so this bounds memory, not throughput.
             ctx.set_mailbox_capacity(1024);
             let load = Arc::new(LoadObserver::new(setup.options.clock.clone()));
             Self {
                 setup,
                 store: Some(store),
-                writer: actix::Arbiter::new(),
                 load,
                 queued: Default::default(),
                 flush_scheduled: false,
@@ -172,10 +225,9 @@ impl PartitionActor {
                 drained: Vec::new(),
                 timers: Vec::new(),
                 last_activity: Instant::now(),
-                in_flight: Rc::new(Cell::new(0)),
                 stats: PartitionStats::default(),
             }
-        }))
+        })
     }
 
     /// The store, for a handler about to use it; also marks the partition as active. A store
@@ -183,6 +235,7 @@ impl PartitionActor {
     /// and reopens the database; the caller is told to retry.
     fn store(&mut self, ctx: &mut Context<Self>) -> Result<Arc<LogStore>, Error> {
         self.last_activity = Instant::now();
+        self.setup.usage.touch();
         if self.draining {
             return Err(Error::PartitionStopped);
         }
@@ -201,8 +254,9 @@ impl PartitionActor {
         Ok(store)
     }
 
-    /// Runs `work` with the store on the writer thread; the answer comes back to the caller.
-    fn on_writer<T, F>(
+    /// Runs `work` with the store on the partition's worker thread; the answer comes back to
+    /// the caller.
+    fn on_worker<T, F>(
         &mut self,
         ctx: &mut Context<Self>,
         work: impl FnOnce(Arc<LogStore>) -> F,
@@ -218,9 +272,16 @@ impl PartitionActor {
         let in_flight = self.begin_async();
         let (answer, answered) = oneshot::channel();
         let work = work(store);
-        self.writer.spawn(async move {
-            let _ = answer.send(work.await);
-        });
+        let spawned = self
+            .setup
+            .workers
+            .for_partition(&self.setup.id)
+            .spawn(async move {
+                let _ = answer.send(work.await);
+            });
+        if !spawned {
+            return Box::pin(async { Err(Error::PartitionStopped) });
+        }
         Box::pin(async move {
             let _in_flight = in_flight;
             answered.await.unwrap_or(Err(Error::PartitionStopped))
@@ -229,24 +290,23 @@ impl PartitionActor {
 
     /// Counts an asynchronous operation as in flight until the returned guard is dropped.
     fn begin_async(&self) -> InFlight {
-        self.in_flight.set(self.in_flight.get() + 1);
-        InFlight(self.in_flight.clone())
+        self.setup.usage.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self.setup.usage.clone())
     }
 
-    fn schedule_retention(&self, ctx: &mut Context<Self>) {
-        ctx.notify(RunRetention);
-        ctx.run_interval(self.setup.sweep_interval, |_, ctx| ctx.notify(RunRetention));
-    }
-
-    fn schedule_idle_check(&self, ctx: &mut Context<Self>) {
+    /// Starts the timers; their handles are kept so that a drain cancels them.
+    fn schedule_timers(&mut self, ctx: &mut Context<Self>) {
+        let retention =
+            ctx.run_interval(self.setup.sweep_interval, |_, ctx| ctx.notify(RunRetention));
         let every =
             (self.setup.idle_stop / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
-        ctx.run_interval(every, |act, _| act.check_idle());
+        let idle_check = ctx.run_interval(every, |act, _| act.check_idle());
+        self.timers = vec![retention, idle_check];
     }
 
     fn check_idle(&mut self) {
         let busy =
-            !self.queued.borrow().is_empty() || self.flush_scheduled || self.in_flight.get() > 0;
+            !self.queued.borrow().is_empty() || self.flush_scheduled || self.setup.usage.is_busy();
         if busy || self.draining || self.last_activity.elapsed() < self.setup.idle_stop {
             return;
         }
@@ -267,12 +327,12 @@ impl PartitionActor {
     }
 }
 
-/// Decrements the in-flight count when an asynchronous operation ends, however it ends.
-struct InFlight(Rc<Cell<usize>>);
+/// Decrements the in-flight count when an operation ends, however it ends.
+pub(super) struct InFlight(Arc<Usage>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -281,8 +341,7 @@ impl Actor for PartitionActor {
 
     fn started(&mut self, ctx: &mut Self::Context) {
         if !self.draining {
-            self.schedule_retention(ctx);
-            self.schedule_idle_check(ctx);
+            self.schedule_timers(ctx);
         }
     }
 }
@@ -302,20 +361,25 @@ impl Supervised for PartitionActor {
             return;
         }
         self.store = None;
-        match LogStore::open(&self.setup.path, self.setup.options.clone()) {
-            Ok(store) => self.store = Some(Arc::new(store)),
-            Err(err) => log::error!(
-                "partition {}: cannot reopen its database: {err}",
-                self.setup.id
-            ),
+        let id = &self.setup.id;
+        let reopened = LogStore::open_in(
+            &self.setup.volume,
+            id.topic(),
+            id.index(),
+            self.setup.options.clone(),
+            false,
+        );
+        match reopened {
+            Ok(store) => self.store = store.map(Arc::new),
+            Err(err) => log::error!("partition {id}: cannot reopen its store: {err}"),
         }
     }
 }
 
 impl Handler<Drain> for PartitionActor {
     /// Answers once the queued appends are committed; from then on every message is refused
-    /// with [`Error::PartitionStopped`], the timers are off, the writer thread is stopped and
-    /// the database is closed.
+    /// with [`Error::PartitionStopped`], the timers are off, the store is closed and the actor
+    /// stops (it is dropped once no caller holds its address).
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, _: Drain, ctx: &mut Self::Context) -> Self::Result {
@@ -332,9 +396,9 @@ impl Handler<Drain> for PartitionActor {
                 let _ = drained.await;
             }
             .into_actor(self)
-            .map(|(), act, _| {
-                act.writer.stop();
+            .map(|(), act, ctx| {
                 act.store = None;
+                ctx.stop();
             }),
         )
     }

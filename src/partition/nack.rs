@@ -21,7 +21,7 @@ impl Handler<Nack> for PartitionActor {
     type Result = ResponseFuture<Result<(), Error>>;
 
     fn handle(&mut self, nack: Nack, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, move |store| async move {
+        self.on_worker(ctx, move |store| async move {
             Ok(store.nack(&nack.group, &nack.batch_id, nack.delay_ms)?)
         })
     }

@@ -21,7 +21,7 @@ impl Handler<Trim> for PartitionActor {
     /// Trims on the writer thread; the store deletes hot rows only after their segment is
     /// stored in the cold tier.
     fn handle(&mut self, _: Trim, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_writer(ctx, |store| async move { Ok(store.trim().await?) })
+        self.on_worker(ctx, |store| async move { Ok(store.trim().await?) })
     }
 }
 
@@ -31,7 +31,7 @@ impl Handler<RunRetention> for PartitionActor {
     fn handle(&mut self, _: RunRetention, ctx: &mut Context<Self>) -> Self::Result {
         // The timer's work is not the activity that keeps a partition from idling.
         let last_activity = self.last_activity;
-        let trimmed = self.on_writer(ctx, |store| async move { Ok(store.trim().await?) });
+        let trimmed = self.on_worker(ctx, |store| async move { Ok(store.trim().await?) });
         self.last_activity = last_activity;
         let id = self.setup.id.clone();
         Box::pin(async move {

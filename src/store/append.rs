@@ -1,10 +1,7 @@
 //! Appends: validation, deduplication and contiguous offsets, one batch or many per commit.
 
-use std::collections::HashMap;
-
-use rusqlite::{OptionalExtension, Transaction, params};
-
-use super::{LogStore, StoreError, Tail};
+use super::volume::{AppendReply, AppendRequest};
+use super::{LogStore, StoreError};
 
 /// Longest deduplication key, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -125,42 +122,58 @@ impl LogStore {
     /// keeps its own atomicity, contiguous offsets and rejection, exactly as if appended alone
     /// in this order; a later batch sees the keys of an earlier one.
     ///
+    /// Blocks until the volume's committer has committed them (together with whatever other
+    /// partitions of the volume queued meanwhile).
+    ///
     /// # Errors
     /// As [`append`](Self::append); a storage failure fails every batch of the group.
     pub fn append_batches<B: AsRef<[NewRecord]>>(
         &self,
         batches: &[B],
     ) -> Result<Vec<AppendOutcome>, StoreError> {
-        let checks: Vec<Option<AppendRejection>> = batches
+        let (answer, answered) = std::sync::mpsc::channel();
+        let owned = batches
             .iter()
-            .map(|batch| self.check_batch(batch.as_ref()))
+            .map(|batch| batch.as_ref().to_vec())
             .collect();
-        if checks.iter().all(Option::is_some) {
+        self.submit_append(
+            owned,
+            Box::new(move |result| {
+                let _ = answer.send(result);
+            }),
+        );
+        let (outcomes, _pending) = answered.recv().unwrap_or(Err(StoreError::Poisoned))?;
+        Ok(outcomes)
+    }
+
+    /// Queues `batches` for the volume's next group commit without waiting; `reply` gets one
+    /// outcome per batch and the partition's backlog after the commit
+    /// ([`pending_deliveries`](Self::pending_deliveries)), on the committer thread.
+    pub(crate) fn submit_append(&self, batches: Vec<Vec<NewRecord>>, reply: AppendReply) {
+        let checked: Vec<_> = batches
+            .into_iter()
+            .map(|batch| {
+                let check = self.check_batch(&batch);
+                (batch, check)
+            })
+            .collect();
+        if checked.iter().all(|(_, check)| check.is_some()) {
             // Nothing to write: answer without touching the database.
-            return Ok(checks
+            let outcomes = checked
                 .into_iter()
-                .flatten()
-                .map(AppendOutcome::Rejected)
-                .collect());
+                .filter_map(|(_, check)| check.map(AppendOutcome::Rejected))
+                .collect();
+            return reply(Ok((outcomes, self.pending_deliveries().unwrap_or(0))));
         }
-        self.write(|tx, tail| {
-            // Taken under the writer lock, so later offsets never get earlier timestamps.
-            let appended_at = self.now_ms();
-            // Prepared once for the whole group: a group may hold hundreds of batches.
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO records (offset, dedup_key, payload, bytes, end_bytes, appended_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?;
-            batches
-                .iter()
-                .zip(checks)
-                .map(|(batch, check)| match check {
-                    Some(rejection) => Ok(AppendOutcome::Rejected(rejection)),
-                    None => insert_batch(tx, &mut insert, tail, batch.as_ref(), appended_at)
-                        .map(|offsets| AppendOutcome::Appended { offsets }),
-                })
-                .collect()
-        })
+        if self.is_poisoned() {
+            return reply(Err(StoreError::Poisoned));
+        }
+        self.volume.submit(AppendRequest {
+            partition: self.tail.clone(),
+            clock: self.options.clock.clone(),
+            batches: checked,
+            reply,
+        });
     }
 
     fn check_batch(&self, batch: &[NewRecord]) -> Option<AppendRejection> {
@@ -204,55 +217,4 @@ pub fn check_batch(
             max,
         })
     })
-}
-
-/// Writes one validated batch inside `tx`, returning each input record's offset.
-fn insert_batch(
-    tx: &Transaction<'_>,
-    insert: &mut rusqlite::CachedStatement<'_>,
-    tail: &mut Tail,
-    batch: &[NewRecord],
-    appended_at: i64,
-) -> Result<Vec<u64>, StoreError> {
-    let mut seen_in_batch: HashMap<&str, u64> = HashMap::new();
-    let mut offsets = Vec::with_capacity(batch.len());
-    for record in batch {
-        let key = record.key.as_deref();
-        if let Some(key) = key {
-            let existing = match seen_in_batch.get(key) {
-                Some(&offset) => Some(offset),
-                None => hot_offset_of_key(tx, key)?,
-            };
-            if let Some(offset) = existing {
-                seen_in_batch.insert(key, offset);
-                offsets.push(offset);
-                continue;
-            }
-        }
-        let offset = tail.next_offset;
-        let bytes = record.payload.len() as u64;
-        tail.next_offset += 1;
-        tail.end_bytes += bytes;
-        insert.execute(params![
-            offset,
-            key,
-            record.payload,
-            bytes,
-            tail.end_bytes,
-            appended_at
-        ])?;
-        if let Some(key) = key {
-            seen_in_batch.insert(key, offset);
-        }
-        offsets.push(offset);
-    }
-    Ok(offsets)
-}
-
-/// The offset of the hot record carrying `key`, if any.
-fn hot_offset_of_key(tx: &Transaction<'_>, key: &str) -> Result<Option<u64>, StoreError> {
-    Ok(tx
-        .prepare_cached("SELECT offset FROM records WHERE dedup_key = ?1")?
-        .query_row([key], |row| row.get(0))
-        .optional()?)
 }

@@ -28,18 +28,21 @@ impl LogStore {
                 });
             }
             let current: Option<u64> = tx
-                .prepare_cached("SELECT offset FROM cursors WHERE consumer = ?1")?
-                .query_row([consumer], |row| row.get(0))
+                .prepare_cached(
+                    "SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2",
+                )?
+                .query_row(params![self.key, consumer], |row| row.get(0))
                 .optional()?;
             match current {
                 Some(current) if current >= offset => Ok(current),
                 _ => {
                     tx.prepare_cached(
-                        "INSERT INTO cursors (consumer, offset, committed_at) VALUES (?1, ?2, ?3)
-                         ON CONFLICT (consumer) DO UPDATE
+                        "INSERT INTO cursors (partition, consumer, offset, committed_at)
+                         VALUES (?1, ?2, ?3, ?4)
+                         ON CONFLICT (partition, consumer) DO UPDATE
                          SET offset = excluded.offset, committed_at = excluded.committed_at",
                     )?
-                    .execute(params![consumer, offset, now])?;
+                    .execute(params![self.key, consumer, offset, now])?;
                     Ok(offset)
                 }
             }
@@ -54,8 +57,10 @@ impl LogStore {
         validate_group(consumer)?;
         self.snapshot(|tx| {
             Ok(tx
-                .prepare_cached("SELECT offset FROM cursors WHERE consumer = ?1")?
-                .query_row([consumer], |row| row.get(0))
+                .prepare_cached(
+                    "SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2",
+                )?
+                .query_row(params![self.key, consumer], |row| row.get(0))
                 .optional()?)
         })
     }
@@ -66,8 +71,10 @@ impl LogStore {
     /// A storage failure.
     pub fn cursors(&self) -> Result<BTreeMap<String, u64>, StoreError> {
         self.snapshot(|tx| {
-            let mut statement = tx.prepare_cached("SELECT consumer, offset FROM cursors")?;
-            let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            let mut statement =
+                tx.prepare_cached("SELECT consumer, offset FROM cursors WHERE partition = ?1")?;
+            let rows =
+                statement.query_map(params![self.key], |row| Ok((row.get(0)?, row.get(1)?)))?;
             Ok(rows.collect::<Result<_, _>>()?)
         })
     }
@@ -81,12 +88,12 @@ impl LogStore {
         validate_group(consumer)?;
         self.write(|tx, _| {
             let deleted = tx
-                .prepare_cached("DELETE FROM cursors WHERE consumer = ?1")?
-                .execute([consumer])?;
-            tx.prepare_cached("DELETE FROM leases WHERE consumer = ?1")?
-                .execute([consumer])?;
-            tx.prepare_cached("DELETE FROM allocations WHERE consumer = ?1")?
-                .execute([consumer])?;
+                .prepare_cached("DELETE FROM cursors WHERE partition = ?1 AND consumer = ?2")?
+                .execute(params![self.key, consumer])?;
+            tx.prepare_cached("DELETE FROM leases WHERE partition = ?1 AND consumer = ?2")?
+                .execute(params![self.key, consumer])?;
+            tx.prepare_cached("DELETE FROM allocations WHERE partition = ?1 AND consumer = ?2")?
+                .execute(params![self.key, consumer])?;
             Ok(deleted > 0)
         })
     }
@@ -97,13 +104,7 @@ impl LogStore {
     /// # Errors
     /// A storage failure.
     pub fn pending_deliveries(&self) -> Result<u64, StoreError> {
-        // On the writer's connection: the log's end is in memory there, and the query needs no
-        // pooled connection or snapshot (this runs after every group commit).
-        let writer = self.lock_writer();
-        let slowest: Option<u64> = writer
-            .conn
-            .prepare_cached("SELECT MIN(offset) FROM cursors")?
-            .query_row([], |row| row.get(0))?;
-        Ok(slowest.map_or(0, |slowest| writer.tail.next_offset.saturating_sub(slowest)))
+        let next_offset = self.tail().next_offset;
+        self.snapshot(|tx| super::volume::pending_deliveries(tx, self.key, next_offset))
     }
 }

@@ -16,6 +16,9 @@ pub enum StoreError {
     /// No reader connection could be had.
     #[error("storage connection pool failure")]
     Pool(#[from] r2d2::Error),
+    /// The operating system refused a thread (the volume's committer).
+    #[error("cannot start a thread")]
+    Thread(#[source] std::io::Error),
     /// An earlier write failed with an unknown outcome; the store must be reopened.
     #[error("the partition refuses writes after a failed commit; it must be reopened")]
     Poisoned,
@@ -71,6 +74,7 @@ impl StoreError {
             Self::Sqlite(_)
             | Self::Pool(_)
             | Self::Poisoned
+            | Self::Thread(_)
             | Self::SchemaTooNew { .. }
             | Self::Cold(_) => "unavailable",
             Self::InvalidOffset { .. } => "invalid_offset",

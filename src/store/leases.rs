@@ -17,7 +17,6 @@
 
 use rusqlite::{OptionalExtension, Transaction, params};
 
-use super::read::bounds_in;
 use super::{LogStore, Record, StoreError, Tail};
 use crate::names::validate_group;
 
@@ -173,7 +172,10 @@ impl LogStore {
         let options = self.options.leases;
         let claim = self.write(|tx, tail| {
             let now = self.now_ms();
-            claim(tx, tail, group, limit, &options, now)
+            // Under the writer lock nothing moves the end or the recent records.
+            let view = self.recent_view(tail.next_offset, 0);
+            let oldest = self.bounds_in(tx, &view)?.oldest_offset;
+            claim(tx, self.key, tail, oldest, group, limit, &options, now)
         })?;
         let (batch_id, first, last, attempt, expires_at, exhausted) = match claim {
             Claim::Idle => return Ok(LeaseOutcome::Idle),
@@ -266,10 +268,12 @@ impl LogStore {
         validate_group(group)?;
         let lease_ms = self.options.leases.lease_ms;
         self.write(|tx, _| {
-            held_range(tx, group, batch_id)?;
+            held_range(tx, self.key, group, batch_id)?;
             let expires_at = self.now_ms().saturating_add(lease_ms as i64);
-            tx.prepare_cached("UPDATE leases SET expires_at = ?1 WHERE batch_id = ?2")?
-                .execute(params![expires_at, batch_id])?;
+            tx.prepare_cached(
+                "UPDATE leases SET expires_at = ?2 WHERE partition = ?1 AND batch_id = ?3",
+            )?
+            .execute(params![self.key, expires_at, batch_id])?;
             Ok(expires_at)
         })
     }
@@ -285,9 +289,9 @@ impl LogStore {
         self.snapshot(|tx| {
             let mut statement = tx.prepare_cached(
                 "SELECT batch_id, first_offset, last_offset, state, attempt, expires_at FROM leases
-                 WHERE consumer = ?1 ORDER BY first_offset",
+                 WHERE partition = ?1 AND consumer = ?2 ORDER BY first_offset",
             )?;
-            let rows = statement.query_map([group], |row| {
+            let rows = statement.query_map(params![self.key, group], |row| {
                 Ok(LeaseRow {
                     batch_id: row.get(0)?,
                     first_offset: row.get(1)?,
@@ -319,7 +323,7 @@ impl LogStore {
         self.check_leases()?;
         validate_group(group)?;
         self.write(|tx, _| {
-            let range = held_range(tx, group, batch_id)?;
+            let range = held_range(tx, self.key, group, batch_id)?;
             let now = self.now_ms();
             let (state, expires_at, attempt) = match settlement {
                 Settlement::Ack => ("acked", now, range.attempt),
@@ -332,10 +336,11 @@ impl LogStore {
                 Settlement::Undelivered => ("pending", now, range.attempt.saturating_sub(1)),
             };
             tx.prepare_cached(
-                "UPDATE leases SET state = ?1, expires_at = ?2, attempt = ?3 WHERE batch_id = ?4",
+                "UPDATE leases SET state = ?2, expires_at = ?3, attempt = ?4
+                 WHERE partition = ?1 AND batch_id = ?5",
             )?
-            .execute(params![state, expires_at, attempt, batch_id])?;
-            advance(tx, group, now)
+            .execute(params![self.key, state, expires_at, attempt, batch_id])?;
+            advance(tx, self.key, group, now)
         })
     }
 
@@ -373,10 +378,17 @@ struct HeldRange {
 }
 
 /// The active range `batch_id` of `group`, or [`StoreError::LeaseNotHeld`].
-fn held_range(tx: &Transaction<'_>, group: &str, batch_id: &str) -> Result<HeldRange, StoreError> {
+fn held_range(
+    tx: &Transaction<'_>,
+    partition: i64,
+    group: &str,
+    batch_id: &str,
+) -> Result<HeldRange, StoreError> {
     let row: Option<(String, String, u32)> = tx
-        .prepare_cached("SELECT consumer, state, attempt FROM leases WHERE batch_id = ?1")?
-        .query_row([batch_id], |row| {
+        .prepare_cached(
+            "SELECT consumer, state, attempt FROM leases WHERE partition = ?1 AND batch_id = ?2",
+        )?
+        .query_row(params![partition, batch_id], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
         .optional()?;
@@ -391,19 +403,21 @@ fn held_range(tx: &Transaction<'_>, group: &str, batch_id: &str) -> Result<HeldR
 }
 
 /// Decides what `lease` hands out, and records it.
+#[allow(clippy::too_many_arguments)] // one call site; the arguments are the claim's inputs
 fn claim(
     tx: &Transaction<'_>,
+    partition: i64,
     tail: &Tail,
+    oldest: u64,
     group: &str,
     limit: usize,
     options: &LeaseOptions,
     now: i64,
 ) -> Result<Claim, StoreError> {
-    let oldest = bounds_in(tx)?.oldest_offset;
     let expires_at = now.saturating_add(options.lease_ms as i64);
 
     // 0. Records the group never settled that retention removed: reported once, all at once.
-    if let Some(requested_offset) = drop_lost(tx, group, oldest, now)? {
+    if let Some(requested_offset) = drop_lost(tx, partition, group, oldest, now)? {
         return Ok(Claim::Truncated {
             requested_offset,
             oldest_offset: oldest,
@@ -414,20 +428,23 @@ fn claim(
     let due: Option<(u64, u64, u32)> = tx
         .prepare_cached(
             "SELECT first_offset, last_offset, attempt FROM leases
-             WHERE consumer = ?1 AND state IN ('active', 'pending') AND expires_at <= ?2
+             WHERE partition = ?1 AND consumer = ?2 AND state IN ('active', 'pending')
+               AND expires_at <= ?3
              ORDER BY first_offset LIMIT 1",
         )?
-        .query_row(params![group, now], |row| {
+        .query_row(params![partition, group, now], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })
         .optional()?;
     if let Some((first, last, attempt)) = due {
         let (batch_id, attempt) = (new_batch_id(), attempt + 1);
         tx.prepare_cached(
-            "UPDATE leases SET batch_id = ?1, state = 'active', attempt = ?2, expires_at = ?3
-             WHERE consumer = ?4 AND first_offset = ?5",
+            "UPDATE leases SET batch_id = ?2, state = 'active', attempt = ?3, expires_at = ?4
+             WHERE partition = ?1 AND consumer = ?5 AND first_offset = ?6",
         )?
-        .execute(params![batch_id, attempt, expires_at, group, first])?;
+        .execute(params![
+            partition, batch_id, attempt, expires_at, group, first
+        ])?;
         let exhausted =
             options.dead_letter && options.max_attempts.is_some_and(|max| attempt > max);
         return Ok(Claim::Range {
@@ -443,25 +460,28 @@ fn claim(
     // 2. Respect the group's parallelism.
     let held: u32 = tx
         .prepare_cached(
-            "SELECT COUNT(*) FROM leases WHERE consumer = ?1 AND state IN ('active', 'pending')",
+            "SELECT COUNT(*) FROM leases
+             WHERE partition = ?1 AND consumer = ?2 AND state IN ('active', 'pending')",
         )?
-        .query_row([group], |row| row.get(0))?;
+        .query_row(params![partition, group], |row| row.get(0))?;
     if held >= options.max_parallelism {
         return Ok(Claim::Idle);
     }
 
     // 3. A fresh range after everything handed out or committed so far; a group that never
     //    leased or committed starts at the oldest readable offset.
-    let start = unleased_start(tx, group)?.unwrap_or(oldest).max(oldest);
+    let start = unleased_start(tx, partition, group)?
+        .unwrap_or(oldest)
+        .max(oldest);
     if start >= tail.next_offset {
         return Ok(Claim::Idle);
     }
     let last = (start + limit as u64 - 1).min(tail.next_offset - 1);
     let batch_id = new_batch_id();
     insert_range(
-        tx, group, start, last, &batch_id, "active", 1, expires_at, now,
+        tx, partition, group, start, last, &batch_id, "active", 1, expires_at, now,
     )?;
-    set_allocation(tx, group, last + 1)?;
+    set_allocation(tx, partition, group, last + 1)?;
     Ok(Claim::Range {
         batch_id,
         first: start,
@@ -478,12 +498,18 @@ fn new_batch_id() -> String {
 
 /// Where `group`'s unleased offsets begin: past its allocation and its cursor, or `None` for a
 /// group that never leased or committed.
-fn unleased_start(tx: &Transaction<'_>, group: &str) -> Result<Option<u64>, StoreError> {
+fn unleased_start(
+    tx: &Transaction<'_>,
+    partition: i64,
+    group: &str,
+) -> Result<Option<u64>, StoreError> {
     let allocation: Option<u64> = tx
-        .prepare_cached("SELECT allocated_offset FROM allocations WHERE consumer = ?1")?
-        .query_row([group], |row| row.get(0))
+        .prepare_cached(
+            "SELECT allocated_offset FROM allocations WHERE partition = ?1 AND consumer = ?2",
+        )?
+        .query_row(params![partition, group], |row| row.get(0))
         .optional()?;
-    let cursor = cursor_of(tx, group)?;
+    let cursor = cursor_of(tx, partition, group)?;
     Ok(match (allocation, cursor) {
         (Some(allocation), cursor) => Some(allocation.max(cursor.unwrap_or(0))),
         (None, cursor) => cursor,
@@ -497,6 +523,7 @@ fn unleased_start(tx: &Transaction<'_>, group: &str) -> Result<Option<u64>, Stor
 /// left alone: the worker has its records and settles it.
 fn drop_lost(
     tx: &Transaction<'_>,
+    partition: i64,
     group: &str,
     oldest: u64,
     now: i64,
@@ -505,23 +532,31 @@ fn drop_lost(
     let waiting: Vec<(u64, u64, u32)> = tx
         .prepare_cached(
             "SELECT first_offset, last_offset, attempt FROM leases
-             WHERE consumer = ?1 AND first_offset < ?2
-               AND (state = 'pending' OR (state = 'active' AND expires_at <= ?3))",
+             WHERE partition = ?1 AND consumer = ?2 AND first_offset < ?3
+               AND (state = 'pending' OR (state = 'active' AND expires_at <= ?4))",
         )?
-        .query_map(params![group, oldest, now], |row| {
+        .query_map(params![partition, group, oldest, now], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
         })?
         .collect::<Result<_, _>>()?;
     for (first, last, attempt) in waiting {
         let lost_last = last.min(oldest - 1);
         tx.prepare_cached(
-            "UPDATE leases SET state = 'skipped', last_offset = ?1, batch_id = ?2, expires_at = ?3
-             WHERE consumer = ?4 AND first_offset = ?5",
+            "UPDATE leases SET state = 'skipped', last_offset = ?2, batch_id = ?3, expires_at = ?4
+             WHERE partition = ?1 AND consumer = ?5 AND first_offset = ?6",
         )?
-        .execute(params![lost_last, new_batch_id(), now, group, first])?;
+        .execute(params![
+            partition,
+            lost_last,
+            new_batch_id(),
+            now,
+            group,
+            first
+        ])?;
         if lost_last < last {
             insert_range(
                 tx,
+                partition,
                 group,
                 oldest,
                 last,
@@ -534,9 +569,10 @@ fn drop_lost(
         }
         first_lost = Some(first_lost.map_or(first, |lost| lost.min(first)));
     }
-    if let Some(start) = unleased_start(tx, group)?.filter(|start| *start < oldest) {
+    if let Some(start) = unleased_start(tx, partition, group)?.filter(|start| *start < oldest) {
         insert_range(
             tx,
+            partition,
             group,
             start,
             oldest - 1,
@@ -546,11 +582,11 @@ fn drop_lost(
             now,
             now,
         )?;
-        set_allocation(tx, group, oldest)?;
+        set_allocation(tx, partition, group, oldest)?;
         first_lost = Some(first_lost.map_or(start, |lost| lost.min(start)));
     }
     if first_lost.is_some() {
-        advance(tx, group, now)?;
+        advance(tx, partition, group, now)?;
     }
     Ok(first_lost)
 }
@@ -558,6 +594,7 @@ fn drop_lost(
 #[allow(clippy::too_many_arguments)]
 fn insert_range(
     tx: &Transaction<'_>,
+    partition: i64,
     group: &str,
     first: u64,
     last: u64,
@@ -568,26 +605,33 @@ fn insert_range(
     now: i64,
 ) -> Result<(), StoreError> {
     tx.prepare_cached(
-        "INSERT INTO leases (consumer, first_offset, last_offset, batch_id, state, attempt, expires_at, created_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO leases (partition, consumer, first_offset, last_offset, batch_id, state, attempt, expires_at, created_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
-    .execute(params![group, first, last, batch_id, state, attempt, expires_at, now])?;
+    .execute(params![
+        partition, group, first, last, batch_id, state, attempt, expires_at, now
+    ])?;
     Ok(())
 }
 
-fn set_allocation(tx: &Transaction<'_>, group: &str, allocated: u64) -> Result<(), StoreError> {
+fn set_allocation(
+    tx: &Transaction<'_>,
+    partition: i64,
+    group: &str,
+    allocated: u64,
+) -> Result<(), StoreError> {
     tx.prepare_cached(
-        "INSERT INTO allocations (consumer, allocated_offset) VALUES (?1, ?2)
-         ON CONFLICT (consumer) DO UPDATE SET allocated_offset = MAX(allocated_offset, excluded.allocated_offset)",
+        "INSERT INTO allocations (partition, consumer, allocated_offset) VALUES (?1, ?2, ?3)
+         ON CONFLICT (partition, consumer) DO UPDATE SET allocated_offset = MAX(allocated_offset, excluded.allocated_offset)",
     )?
-    .execute(params![group, allocated])?;
+    .execute(params![partition, group, allocated])?;
     Ok(())
 }
 
-fn cursor_of(tx: &Transaction<'_>, group: &str) -> Result<Option<u64>, StoreError> {
+fn cursor_of(tx: &Transaction<'_>, partition: i64, group: &str) -> Result<Option<u64>, StoreError> {
     Ok(tx
-        .prepare_cached("SELECT offset FROM cursors WHERE consumer = ?1")?
-        .query_row([group], |row| row.get(0))
+        .prepare_cached("SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2")?
+        .query_row(params![partition, group], |row| row.get(0))
         .optional()?)
 }
 
@@ -596,14 +640,17 @@ fn cursor_of(tx: &Transaction<'_>, group: &str) -> Result<Option<u64>, StoreErro
 /// Returns the cursor afterwards.
 pub(super) fn advance(
     tx: &Transaction<'_>,
+    partition: i64,
     group: &str,
     now: i64,
 ) -> Result<Option<u64>, StoreError> {
-    let cursor = cursor_of(tx, group)?;
+    let cursor = cursor_of(tx, partition, group)?;
     let mut statement =
-        tx.prepare_cached("SELECT first_offset, last_offset, state FROM leases WHERE consumer = ?1 ORDER BY first_offset")?;
+        tx.prepare_cached("SELECT first_offset, last_offset, state FROM leases WHERE partition = ?1 AND consumer = ?2 ORDER BY first_offset")?;
     let ranges: Vec<(u64, u64, String)> = statement
-        .query_map([group], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?
+        .query_map(params![partition, group], |row| {
+            Ok((row.get(0)?, row.get(1)?, row.get(2)?))
+        })?
         .collect::<Result<_, _>>()?;
     let Some(start) = cursor.or_else(|| ranges.first().map(|range| range.0)) else {
         return Ok(None);
@@ -618,15 +665,17 @@ pub(super) fn advance(
         }
         position = last + 1;
     }
-    tx.prepare_cached("DELETE FROM leases WHERE consumer = ?1 AND last_offset < ?2")?
-        .execute(params![group, position])?;
+    tx.prepare_cached(
+        "DELETE FROM leases WHERE partition = ?1 AND consumer = ?2 AND last_offset < ?3",
+    )?
+    .execute(params![partition, group, position])?;
     if position == start {
         return Ok(cursor);
     }
     tx.prepare_cached(
-        "INSERT INTO cursors (consumer, offset, committed_at) VALUES (?1, ?2, ?3)
-         ON CONFLICT (consumer) DO UPDATE SET offset = excluded.offset, committed_at = excluded.committed_at",
+        "INSERT INTO cursors (partition, consumer, offset, committed_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (partition, consumer) DO UPDATE SET offset = excluded.offset, committed_at = excluded.committed_at",
     )?
-    .execute(params![group, position, now])?;
+    .execute(params![partition, group, position, now])?;
     Ok(Some(position))
 }

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{OptionalExtension, Transaction};
 use serde::{Deserialize, Serialize};
 
-use super::{LogStore, StoreError, schema, segment};
+use super::{LogStore, StoreError, segment};
 use crate::cold::SegmentKey;
 
 /// One stored record.
@@ -53,7 +53,8 @@ impl LogStore {
     /// # Errors
     /// A storage failure.
     pub fn bounds(&self) -> Result<Bounds, StoreError> {
-        self.snapshot(bounds_in)
+        let view = self.recent_view(0, 0);
+        self.snapshot(|tx| self.bounds_in(tx, &view))
     }
 
     /// Reads up to `limit` records from `from` (default: the oldest readable offset). `limit`
@@ -70,8 +71,9 @@ impl LogStore {
     /// [`StoreError::Cold`] when the cold store cannot be reached, or a storage failure.
     pub async fn read(&self, from: Option<u64>, limit: Option<usize>) -> Result<Page, StoreError> {
         let limit = self.page_limit(limit)?;
+        let view = self.recent_view(from.unwrap_or(0), limit);
         let start = self.snapshot(|tx| {
-            let bounds = bounds_in(tx)?;
+            let bounds = self.bounds_in(tx, &view)?;
             let from = from.unwrap_or(bounds.oldest_offset);
             if from > bounds.next_offset {
                 return Err(StoreError::InvalidOffset {
@@ -88,7 +90,14 @@ impl LogStore {
             if from < bounds.hot_offset {
                 return Ok(Err(from));
             }
-            Ok(Ok(finish_page(tx, &bounds, from, Vec::new(), limit)?))
+            Ok(Ok(self.finish_page(
+                tx,
+                &bounds,
+                &view,
+                from,
+                Vec::new(),
+                limit,
+            )?))
         })?;
         match start {
             Ok(hot_page) => Ok(hot_page),
@@ -101,7 +110,8 @@ impl LogStore {
         let mut records: Vec<Record> = Vec::new();
         let mut position = from;
         while records.len() < limit {
-            let Some(indexed) = self.snapshot(|tx| segment_containing(tx, position))? else {
+            let Some(indexed) = self.snapshot(|tx| segment_containing(tx, self.key, position))?
+            else {
                 break; // the hot window, or a gap that the next read reports
             };
             let Some(segment) = self.fetch_segment(&indexed).await? else {
@@ -117,17 +127,18 @@ impl LogStore {
             );
             position = records.last().map_or(position, |last| last.offset + 1);
         }
+        let view = self.recent_view(position, limit);
         self.snapshot(|tx| {
-            let bounds = bounds_in(tx)?;
+            let bounds = self.bounds_in(tx, &view)?;
             if records.is_empty() {
                 // Nothing could be read at `from` although it is not below the oldest offset.
-                let oldest_offset = next_readable_after(tx, from, &bounds)?;
+                let oldest_offset = next_readable_after(tx, self.key, from, &bounds)?;
                 return Err(StoreError::Truncated {
                     requested_offset: from,
                     oldest_offset,
                 });
             }
-            finish_page(tx, &bounds, position, records, limit)
+            self.finish_page(tx, &bounds, &view, position, records, limit)
         })
     }
 
@@ -145,7 +156,7 @@ impl LogStore {
         };
         let key = SegmentKey::from_stored(indexed.locator.clone());
         let Some(bytes) = cold.store.get(&key).await? else {
-            log::warn!("{}: cold segment {key} is missing", self.path.display());
+            log::warn!("{}: cold segment {key} is missing", self.describe());
             return Ok(None);
         };
         let expected = segment::Expected {
@@ -162,12 +173,136 @@ impl LogStore {
                 Ok(Some(records))
             }
             Err(why) => {
-                log::error!(
-                    "{}: cold segment {key} is damaged: {why}",
-                    self.path.display()
-                );
+                log::error!("{}: cold segment {key} is damaged: {why}", self.describe());
                 Ok(None)
             }
+        }
+    }
+
+    /// What a reader must know of the log's end before it opens its snapshot: the committed
+    /// end, then the recent (not yet indexed) records from `from`, at most `limit`. Taken in
+    /// this order, every record below `next_offset` is in the snapshot's indexes or here.
+    pub(super) fn recent_view(&self, from: u64, limit: usize) -> RecentView {
+        let next_offset = self.tail().next_offset;
+        let shared = self.volume.shared();
+        let mut rows = shared.recent_from(self.key, from, limit);
+        rows.retain(|&(offset, _)| offset < next_offset);
+        RecentView {
+            next_offset,
+            oldest_recent: shared
+                .oldest_recent(self.key)
+                .map(|(offset, _)| offset)
+                .filter(|&offset| offset < next_offset),
+            rows,
+        }
+    }
+
+    /// The partition's bounds in `tx`'s snapshot, with the end and recent records of `view`.
+    pub(super) fn bounds_in(
+        &self,
+        tx: &Transaction<'_>,
+        view: &RecentView,
+    ) -> Result<Bounds, StoreError> {
+        let next_offset = view.next_offset;
+        let (indexed, cold): (Option<u64>, Option<u64>) = tx
+            .prepare_cached(
+                "SELECT (SELECT MIN(offset) FROM record_index WHERE partition = ?1),
+                        (SELECT MIN(first_offset) FROM segments WHERE partition = ?1)",
+            )?
+            .query_row([self.key], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        let hot_offset = match (indexed, view.oldest_recent) {
+            (Some(indexed), Some(recent)) => indexed.min(recent),
+            (hot, None) | (None, hot) => hot.unwrap_or(next_offset),
+        };
+        Ok(Bounds {
+            oldest_offset: cold.map_or(hot_offset, |cold| cold.min(hot_offset)),
+            hot_offset,
+            next_offset,
+        })
+    }
+
+    /// Completes a page that has `records` so far and continues at `position`: adds hot
+    /// records if `position` is in the hot window, then computes `next_offset` and `lag`.
+    fn finish_page(
+        &self,
+        tx: &Transaction<'_>,
+        bounds: &Bounds,
+        view: &RecentView,
+        position: u64,
+        mut records: Vec<Record>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        if records.len() < limit && position >= bounds.hot_offset {
+            records.extend(self.hot_records(tx, view, position, limit - records.len())?);
+        }
+        let next_offset = records.last().map_or(position, |last| last.offset + 1);
+        Ok(Page {
+            lag: bounds.next_offset.saturating_sub(next_offset),
+            records,
+            next_offset,
+        })
+    }
+
+    /// Up to `limit` hot records from `from` on: indexed ones, then recent ones, contiguous.
+    pub(super) fn hot_records(
+        &self,
+        tx: &Transaction<'_>,
+        view: &RecentView,
+        from: u64,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        let mut records: Vec<Record> = {
+            let mut statement = tx.prepare_cached(
+                "SELECT i.offset, r.dedup_key, r.payload, r.appended_at
+                 FROM record_index AS i JOIN records AS r ON r.seq = i.seq
+                 WHERE i.partition = ?1 AND i.offset >= ?2 AND i.offset < ?3
+                 ORDER BY i.offset LIMIT ?4",
+            )?;
+            let rows = statement.query_map(
+                rusqlite::params![self.key, from, view.next_offset, limit as u64],
+                |row| {
+                    Ok(Record {
+                        offset: row.get(0)?,
+                        key: row.get(1)?,
+                        payload: row.get(2)?,
+                        appended_at: row.get(3)?,
+                    })
+                },
+            )?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut next = records.last().map_or(from, |last| last.offset + 1);
+        let mut by_seq = tx
+            .prepare_cached("SELECT dedup_key, payload, appended_at FROM records WHERE seq = ?1")?;
+        for &(offset, seq) in &view.rows {
+            if records.len() >= limit || offset > next {
+                break;
+            }
+            if offset < next {
+                continue; // indexed since the view was taken: already read
+            }
+            let record = by_seq
+                .query_row([seq], |row| {
+                    Ok(Record {
+                        offset,
+                        key: row.get(0)?,
+                        payload: row.get(1)?,
+                        appended_at: row.get(2)?,
+                    })
+                })
+                .optional()?;
+            let Some(record) = record else { break };
+            records.push(record);
+            next += 1;
+        }
+        Ok(records)
+    }
+
+    /// Names the partition in log lines.
+    pub(super) fn describe(&self) -> String {
+        match &self.options.cold {
+            Some(cold) => format!("partition {}:{}", cold.topic, cold.partition),
+            None => format!("{} partition #{}", self.path().display(), self.key),
         }
     }
 
@@ -181,26 +316,6 @@ impl LogStore {
     }
 }
 
-/// Completes a page that has `records` so far and continues at `position`: adds hot records if
-/// `position` is in the hot window, then computes `next_offset` and `lag`.
-fn finish_page(
-    tx: &Transaction<'_>,
-    bounds: &Bounds,
-    position: u64,
-    mut records: Vec<Record>,
-    limit: usize,
-) -> Result<Page, StoreError> {
-    if records.len() < limit && position >= bounds.hot_offset {
-        records.extend(hot_records(tx, position, limit - records.len())?);
-    }
-    let next_offset = records.last().map_or(position, |last| last.offset + 1);
-    Ok(Page {
-        lag: bounds.next_offset.saturating_sub(next_offset),
-        records,
-        next_offset,
-    })
-}
-
 /// A row of the segment index.
 pub(super) struct IndexedSegment {
     first_offset: u64,
@@ -211,14 +326,15 @@ pub(super) struct IndexedSegment {
 
 fn segment_containing(
     tx: &Transaction<'_>,
+    partition: i64,
     offset: u64,
 ) -> Result<Option<IndexedSegment>, StoreError> {
     let segment = tx
         .prepare_cached(
             "SELECT first_offset, last_offset, locator, checksum FROM segments
-             WHERE first_offset <= ?1 ORDER BY first_offset DESC LIMIT 1",
+             WHERE partition = ?1 AND first_offset <= ?2 ORDER BY first_offset DESC LIMIT 1",
         )?
-        .query_row([offset], |row| {
+        .query_row(rusqlite::params![partition, offset], |row| {
             Ok(IndexedSegment {
                 first_offset: row.get(0)?,
                 last_offset: row.get(1)?,
@@ -234,12 +350,15 @@ fn segment_containing(
 /// first offset, or the hot window.
 fn next_readable_after(
     tx: &Transaction<'_>,
+    partition: i64,
     offset: u64,
     bounds: &Bounds,
 ) -> Result<u64, StoreError> {
     let next_segment: Option<u64> = tx
-        .prepare_cached("SELECT MIN(first_offset) FROM segments WHERE first_offset > ?1")?
-        .query_row([offset], |row| row.get(0))?;
+        .prepare_cached(
+            "SELECT MIN(first_offset) FROM segments WHERE partition = ?1 AND first_offset > ?2",
+        )?
+        .query_row(rusqlite::params![partition, offset], |row| row.get(0))?;
     Ok(next_segment.map_or(bounds.hot_offset, |first| first.min(bounds.hot_offset)))
 }
 
@@ -276,35 +395,10 @@ impl SegmentCache {
     }
 }
 
-pub(super) fn bounds_in(tx: &Transaction<'_>) -> Result<Bounds, StoreError> {
-    let next_offset: u64 = tx
-        .prepare_cached(schema::LOG_END)?
-        .query_row([], |row| row.get(0))?;
-    let (hot, cold): (Option<u64>, Option<u64>) = tx
-        .prepare_cached(
-            "SELECT (SELECT MIN(offset) FROM records), (SELECT MIN(first_offset) FROM segments)",
-        )?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))?;
-    let hot_offset = hot.unwrap_or(next_offset);
-    Ok(Bounds {
-        oldest_offset: cold.map_or(hot_offset, |cold| cold.min(hot_offset)),
-        hot_offset,
-        next_offset,
-    })
-}
-
-fn hot_records(tx: &Transaction<'_>, from: u64, limit: usize) -> Result<Vec<Record>, StoreError> {
-    let mut statement = tx.prepare_cached(
-        "SELECT offset, dedup_key, payload, appended_at FROM records
-         WHERE offset >= ?1 ORDER BY offset LIMIT ?2",
-    )?;
-    let rows = statement.query_map(rusqlite::params![from, limit as u64], |row| {
-        Ok(Record {
-            offset: row.get(0)?,
-            key: row.get(1)?,
-            payload: row.get(2)?,
-            appended_at: row.get(3)?,
-        })
-    })?;
-    Ok(rows.collect::<Result<_, _>>()?)
+/// What a reader knows of the log's end and its recent records (see
+/// [`LogStore::recent_view`]).
+pub(super) struct RecentView {
+    next_offset: u64,
+    oldest_recent: Option<u64>,
+    rows: Vec<(u64, i64)>,
 }

@@ -10,10 +10,10 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{Transaction, params};
 
 use super::segment::{self, Encoded};
-use super::{Fault, LogStore, Record, StoreError, schema};
+use super::{Fault, LogStore, Record, StoreError, Tail};
 use crate::cold::{ColdStore, ColdStoreError, PutOutcome, SegmentKey};
 
 /// Limits of the hot window; `None` means no limit. All limits combine: a record leaves when it
@@ -118,9 +118,21 @@ impl LogStore {
             .max_age_ms
             .map(|age| self.now_ms().saturating_sub(age as i64));
         let mut removed = 0;
-        while let Some(pass) =
-            self.snapshot(|tx| plan_pass(tx, &retention, cutoff, self.options.max_batch_size))?
-        {
+        // Trims find the oldest records through the index: index what is recent first.
+        self.volume.shared().index()?;
+        loop {
+            let tail = self.tail();
+            let pass = self.snapshot(|tx| {
+                plan_pass(
+                    tx,
+                    self.key,
+                    tail,
+                    &retention,
+                    cutoff,
+                    self.options.max_batch_size,
+                )
+            })?;
+            let Some(pass) = pass else { break };
             let flushed = match &self.options.cold {
                 Some(cold) => {
                     let flushed = flush(cold, &pass).await;
@@ -153,21 +165,32 @@ impl LogStore {
         self.write(|tx, tail| {
             if let Some((key, encoded)) = &flushed {
                 tx.prepare_cached(
-                    "INSERT INTO segments (first_offset, last_offset, locator, checksum, bytes, flushed_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
-                     ON CONFLICT (first_offset) DO UPDATE SET last_offset = excluded.last_offset,
+                    "INSERT INTO segments (partition, first_offset, last_offset, locator, checksum, bytes, flushed_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                     ON CONFLICT (partition, first_offset) DO UPDATE SET last_offset = excluded.last_offset,
                         locator = excluded.locator, checksum = excluded.checksum,
                         bytes = excluded.bytes, flushed_at = excluded.flushed_at",
                 )?
-                .execute(params![first, last, key.as_str(), encoded.checksum, pass.bytes, self.now_ms()])?;
+                .execute(params![self.key, first, last, key.as_str(), encoded.checksum, pass.bytes, self.now_ms()])?;
                 self.injected_fault(Fault::AfterSegmentIndexed)?;
             }
+            tx.prepare_cached(
+                "DELETE FROM key_index WHERE partition = ?1 AND offset BETWEEN ?2 AND ?3",
+            )?
+            .execute(params![self.key, first, last])?;
+            tx.prepare_cached(
+                "DELETE FROM records WHERE seq IN
+                 (SELECT seq FROM record_index WHERE partition = ?1 AND offset BETWEEN ?2 AND ?3)",
+            )?
+            .execute(params![self.key, first, last])?;
             let deleted = tx
-                .prepare_cached("DELETE FROM records WHERE offset BETWEEN ?1 AND ?2")?
-                .execute(params![first, last])?;
+                .prepare_cached(
+                    "DELETE FROM record_index WHERE partition = ?1 AND offset BETWEEN ?2 AND ?3",
+                )?
+                .execute(params![self.key, first, last])?;
             // The hot window may now be empty: keep the log's end where appends will find it.
-            tx.prepare_cached("UPDATE sequence SET next_offset = ?1, end_bytes = ?2 WHERE id = 1")?
-                .execute(params![tail.next_offset, tail.end_bytes])?;
+            tx.prepare_cached("UPDATE partitions SET next_offset = ?2, end_bytes = ?3 WHERE id = ?1")?
+                .execute(params![self.key, tail.next_offset, tail.end_bytes])?;
             Ok(deleted as u64)
         })
     }
@@ -181,11 +204,12 @@ impl LogStore {
         let Some(max_age_ms) = self.options.retention.max_age_ms else {
             return Ok(None);
         };
+        let view = self.recent_view(0, 1);
         let oldest: Option<i64> = self.snapshot(|tx| {
-            Ok(tx
-                .prepare_cached("SELECT appended_at FROM records ORDER BY offset LIMIT 1")?
-                .query_row([], |row| row.get(0))
-                .optional()?)
+            Ok(self
+                .hot_records(tx, &view, 0, 1)?
+                .first()
+                .map(|record| record.appended_at))
         })?;
         Ok(oldest.map(|appended_at| appended_at.saturating_add(max_age_ms as i64)))
     }
@@ -199,8 +223,8 @@ impl LogStore {
     pub fn forget_cold_before(&self, before: u64) -> Result<u64, StoreError> {
         self.write(|tx, _| {
             let forgotten = tx
-                .prepare_cached("DELETE FROM segments WHERE last_offset < ?1")?
-                .execute([before])?;
+                .prepare_cached("DELETE FROM segments WHERE partition = ?1 AND last_offset < ?2")?
+                .execute(params![self.key, before])?;
             Ok(forgotten as u64)
         })
     }
@@ -211,18 +235,22 @@ impl LogStore {
 /// before it is counted, or it is older than `cutoff`.
 fn plan_pass(
     tx: &Transaction<'_>,
+    partition: i64,
+    tail: Tail,
     retention: &Retention,
     cutoff: Option<i64>,
     max_batch: usize,
 ) -> Result<Option<Pass>, StoreError> {
-    let (next_offset, end_bytes): (u64, u64) = tx
-        .prepare_cached(schema::LOG_END)?
-        .query_row([], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    let Tail {
+        next_offset,
+        end_bytes,
+    } = tail;
     let mut statement = tx.prepare_cached(
-        "SELECT offset, dedup_key, payload, appended_at, bytes, end_bytes FROM records
-         ORDER BY offset LIMIT ?1",
+        "SELECT i.offset, r.dedup_key, r.payload, r.appended_at, r.bytes, r.end_bytes
+         FROM record_index AS i JOIN records AS r ON r.seq = i.seq
+         WHERE i.partition = ?1 ORDER BY i.offset LIMIT ?2",
     )?;
-    let mut rows = statement.query([max_batch as u64])?;
+    let mut rows = statement.query(params![partition, max_batch as u64])?;
     let mut pass = Pass {
         records: Vec::new(),
         bytes: 0,

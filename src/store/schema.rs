@@ -1,58 +1,91 @@
-//! The database schema, as an ordered list of migrations.
+//! The volume schema, as an ordered list of migrations.
 //!
-//! `PRAGMA user_version` records how many migrations a database has; opening applies the
-//! missing ones, each in its own transaction, and refuses a database from a newer version.
+//! A volume is one SQLite database holding many partitions. `PRAGMA user_version` records how
+//! many migrations a volume has; opening applies the missing ones, each in its own
+//! transaction, and refuses a volume from a newer version.
+//!
+//! Records are laid out in commit order (`records.seq`), so a group commit that appends to many
+//! partitions writes one run of pages. The lookups by partition and offset (`record_index`) and
+//! by deduplication key (`key_index`) are not written by the commit: the volume's indexer fills
+//! them in the background from `records`, and the records committed since (`seq` above
+//! `indexed.through_seq`) are found through an in-memory index (see `volume.rs`).
 
 use rusqlite::{Connection, TransactionBehavior};
 
 use super::StoreError;
 
-/// Migrations in order; index `i` moves a database from version `i` to `i + 1`. Never edit a
+/// Migrations in order; index `i` moves a volume from version `i` to `i + 1`. Never edit a
 /// released entry: append a new one.
 const MIGRATIONS: &[&str] = &[
-    // 1: records, the offset sequence, cursors and the cold segment index.
+    // 1: partitions, records and their background indexes, cursors, segments, leases.
     "
+    -- Every partition stored in this volume, and where its log ends when no hot record says so
+    -- (whatever deletes records first writes the end here; appends never write this row).
+    CREATE TABLE partitions (
+        id          INTEGER PRIMARY KEY,
+        topic       TEXT    NOT NULL,
+        partition   INTEGER NOT NULL,
+        next_offset INTEGER NOT NULL DEFAULT 0,
+        end_bytes   INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (topic, partition)
+    );
+
+    -- Records of every partition, in commit order. Only the rowid is indexed at commit.
     CREATE TABLE records (
-        offset      INTEGER PRIMARY KEY,
+        seq         INTEGER PRIMARY KEY,
+        partition   INTEGER NOT NULL,  -- partitions.id
+        offset      INTEGER NOT NULL,
         dedup_key   TEXT,              -- NULL when the producer gave no key
         payload     TEXT    NOT NULL,  -- the record's JSON text
         bytes       INTEGER NOT NULL,  -- UTF-8 length of payload
         end_bytes   INTEGER NOT NULL,  -- bytes of every record ever appended, through this one
         appended_at INTEGER NOT NULL   -- ms since the Unix epoch, shared by a batch
     );
-    -- Only keyed records pay for the index, which keeps keyless appends at full speed.
-    CREATE UNIQUE INDEX records_dedup_key ON records (dedup_key) WHERE dedup_key IS NOT NULL;
 
-    -- Where the log ends, for when no hot record says so. The newest record carries the end
-    -- (offset + 1, end_bytes), so appends never write this row, which keeps one page out of
-    -- every commit; whatever deletes records first writes the end here.
-    CREATE TABLE sequence (
+    -- Filled by the indexer, not by commits.
+    CREATE TABLE record_index (
+        partition INTEGER NOT NULL,
+        offset    INTEGER NOT NULL,
+        seq       INTEGER NOT NULL,
+        PRIMARY KEY (partition, offset)
+    ) WITHOUT ROWID;
+    CREATE TABLE key_index (
+        partition INTEGER NOT NULL,
+        dedup_key TEXT    NOT NULL,
+        offset    INTEGER NOT NULL,
+        PRIMARY KEY (partition, dedup_key)
+    ) WITHOUT ROWID;
+    -- Every record with seq <= through_seq is in the indexes.
+    CREATE TABLE indexed (
         id          INTEGER PRIMARY KEY CHECK (id = 1),
-        next_offset INTEGER NOT NULL,
-        end_bytes   INTEGER NOT NULL
+        through_seq INTEGER NOT NULL
     );
-    INSERT INTO sequence (id, next_offset, end_bytes) VALUES (1, 0, 0);
+    INSERT INTO indexed (id, through_seq) VALUES (1, 0);
 
     CREATE TABLE cursors (
-        consumer     TEXT PRIMARY KEY,
+        partition    INTEGER NOT NULL,
+        consumer     TEXT    NOT NULL,
         offset       INTEGER NOT NULL,
-        committed_at INTEGER NOT NULL
+        committed_at INTEGER NOT NULL,
+        PRIMARY KEY (partition, consumer)
     ) WITHOUT ROWID;
 
     -- Segments flushed to the cold tier, by first offset.
     CREATE TABLE segments (
-        first_offset INTEGER PRIMARY KEY,
+        partition    INTEGER NOT NULL,
+        first_offset INTEGER NOT NULL,
         last_offset  INTEGER NOT NULL,  -- inclusive
         locator      TEXT    NOT NULL,  -- the object's key in the cold store
         checksum     TEXT    NOT NULL,  -- the segment's own checksum, checked on every read
         bytes        INTEGER NOT NULL,  -- payload bytes (informational)
-        flushed_at   INTEGER NOT NULL
-    );
-    ",
-    // 2: leases. A group's rows partition the offsets from its cursor up to its allocation:
-    // every offset handed out and not yet committed belongs to exactly one row.
-    "
+        flushed_at   INTEGER NOT NULL,
+        PRIMARY KEY (partition, first_offset)
+    ) WITHOUT ROWID;
+
+    -- Leases. A group's rows partition the offsets from its cursor up to its allocation: every
+    -- offset handed out and not yet committed belongs to exactly one row.
     CREATE TABLE leases (
+        partition    INTEGER NOT NULL,
         consumer     TEXT    NOT NULL,
         first_offset INTEGER NOT NULL,
         last_offset  INTEGER NOT NULL,  -- inclusive; a range keeps its span for ever
@@ -61,24 +94,18 @@ const MIGRATIONS: &[&str] = &[
         attempt      INTEGER NOT NULL,  -- deliveries so far
         expires_at   INTEGER NOT NULL,  -- active: end of the hold; pending: redeliver from then
         created_at   INTEGER NOT NULL,
-        PRIMARY KEY (consumer, first_offset)
+        PRIMARY KEY (partition, consumer, first_offset)
     ) WITHOUT ROWID;
 
     -- One past the last offset a group was ever handed in a fresh lease.
     CREATE TABLE allocations (
-        consumer         TEXT PRIMARY KEY,
-        allocated_offset INTEGER NOT NULL
+        partition        INTEGER NOT NULL,
+        consumer         TEXT    NOT NULL,
+        allocated_offset INTEGER NOT NULL,
+        PRIMARY KEY (partition, consumer)
     ) WITHOUT ROWID;
     ",
 ];
-
-/// The log's end: `(next_offset, end_bytes)`, from the newest record or else the sequence row.
-/// The one definition used by appends and by bounds.
-pub(super) const LOG_END: &str = "
-    SELECT MAX(s.next_offset, COALESCE(r.offset + 1, 0)), MAX(s.end_bytes, COALESCE(r.end_bytes, 0))
-    FROM sequence AS s
-    LEFT JOIN (SELECT offset, end_bytes FROM records ORDER BY offset DESC LIMIT 1) AS r
-    WHERE s.id = 1";
 
 /// The schema version this program writes.
 pub(super) const CURRENT_VERSION: i64 = MIGRATIONS.len() as i64;

@@ -8,7 +8,7 @@ use durability::partition::{Append, Read};
 use durability::store::{AppendOutcome, NewRecord, SyncMode};
 use durability::{Error, Event, EventsOutcome};
 
-use crate::common::TestLog;
+use crate::common::{TestLog, stored_partitions};
 
 fn record(text: &str) -> NewRecord {
     NewRecord::new(serde_json::to_string(text).unwrap())
@@ -52,13 +52,13 @@ async fn partitions_start_on_their_first_write_only() {
             .unwrap()
             .is_none()
     );
-    assert!(!t.partition_file("events", 3).exists());
+    assert!(!t.stores("events", 3));
     assert!(t.log.running_partitions().await.unwrap().is_empty());
     assert!(t.log.topics().await.unwrap().is_empty());
 
     let appended = t.log.append("events", 3, vec![record("a")]).await.unwrap();
     assert_eq!(offsets(appended.outcome), vec![0]);
-    assert!(t.partition_file("events", 3).exists());
+    assert!(t.stores("events", 3));
     let topics = t.log.topics().await.unwrap();
     assert_eq!(topics.len(), 1);
     assert_eq!(
@@ -95,12 +95,7 @@ async fn names_and_partitions_are_checked_first() {
     );
     let err = t.log.commit("events", 0, "bad group", 0).await.unwrap_err();
     assert_eq!(err.code(), "invalid_name");
-    assert!(
-        std::fs::read_dir(&t.config.storage.data_dir)
-            .unwrap()
-            .next()
-            .is_none()
-    );
+    assert!(stored_partitions(&t.config.storage.data_dir).is_empty());
 }
 
 /// A partition idle for `idle_stop_ms` stops by itself, and the next message restarts it

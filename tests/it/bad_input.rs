@@ -6,7 +6,7 @@ use actix_web::http::Method;
 use actix_web::{App, test};
 use durability::store::NewRecord;
 
-use crate::common::{TestLog, files_under, respond};
+use crate::common::{TestLog, respond, stored_partitions};
 
 /// One bad request and the answer the contract promises.
 struct Case {
@@ -552,7 +552,7 @@ async fn bad_input_changes_nothing() {
         .await
         .unwrap()
         .expect("a lease");
-    let files = files_under(&t.config.storage.data_dir);
+    let files = stored_partitions(&t.config.storage.data_dir);
     let bounds = t.log.bounds("events", 0).await.unwrap();
     let cursors = t.log.cursors("events", 0).await.unwrap();
     let leases = t.log.leases("events", 0, "workers").await.unwrap();
@@ -579,9 +579,9 @@ async fn bad_input_changes_nothing() {
     eprintln!("bad inputs tried: {}", cases.len());
 
     assert_eq!(
-        files_under(&t.config.storage.data_dir),
+        stored_partitions(&t.config.storage.data_dir),
         files,
-        "no file was created"
+        "no partition was created"
     );
     assert_eq!(t.log.bounds("events", 0).await.unwrap(), bounds);
     assert_eq!(t.log.cursors("events", 0).await.unwrap(), cursors);

@@ -201,14 +201,34 @@ impl TestLog {
         }
     }
 
-    /// The database file of a partition.
-    pub fn partition_file(&self, topic: &str, partition: u32) -> PathBuf {
-        self.config
-            .storage
-            .data_dir
-            .join(topic)
-            .join(format!("{partition}.sqlite"))
+    /// Whether a partition is stored on disk (in the catalog of one of the volumes).
+    pub fn stores(&self, topic: &str, partition: u32) -> bool {
+        stored_partitions(&self.config.storage.data_dir).contains(&(topic.to_owned(), partition))
     }
+}
+
+/// Every partition stored in the volumes of `data_dir`, read from their files.
+pub fn stored_partitions(data_dir: &std::path::Path) -> std::collections::BTreeSet<(String, u32)> {
+    let mut found = std::collections::BTreeSet::new();
+    for path in files_under(data_dir) {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        if !(name.starts_with("volume-") && name.ends_with(".sqlite")) {
+            continue;
+        }
+        let conn = rusqlite::Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .expect("open a volume");
+        let mut statement = conn
+            .prepare("SELECT topic, partition FROM partitions")
+            .expect("the catalog");
+        let rows = statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .expect("read the catalog");
+        found.extend(rows.map(|row| row.expect("a catalog row")));
+    }
+    found
 }
 
 // ---------------------------------------------------------------------------------------------

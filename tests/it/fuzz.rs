@@ -33,7 +33,7 @@ use proptest::test_runner::{
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::common::{ReadNow, TestLog, TestStore, block_on, files_under, respond};
+use crate::common::{ReadNow, TestLog, TestStore, block_on, respond, stored_partitions};
 
 /// The seed of the fuzz runs when `DURABILITY_FUZZ_SEED` does not name one: a fixed seed keeps
 /// a CI run reproducible; set the variable to explore further.
@@ -1019,27 +1019,13 @@ impl Written {
         }
     }
 
-    /// Checks that every file and folder under `data_dir` belongs to a written partition:
-    /// `{topic}/` or `{topic}/{index}.sqlite*`.
+    /// Checks that every partition stored under `data_dir` is a written one.
     fn check_disk(&self, data_dir: &Path) -> Result<(), String> {
-        for path in files_under(data_dir) {
-            let relative = path.strip_prefix(data_dir).expect("under the data dir");
-            let parts: Vec<String> = relative
-                .components()
-                .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                .collect();
-            let allowed = match parts.as_slice() {
-                [topic] => self.0.iter().any(|(t, _)| t == topic),
-                [topic, file] => file
-                    .split_once(".sqlite")
-                    .and_then(|(index, _)| index.parse::<u32>().ok())
-                    .is_some_and(|index| self.0.contains(&(topic.clone(), index))),
-                _ => false,
-            };
-            if !allowed {
+        for (topic, index) in stored_partitions(data_dir) {
+            if !self.0.contains(&(topic.clone(), index)) {
                 return Err(format!(
-                    "{} exists although no successful write created it (written: {:?})",
-                    relative.display(),
+                    "partition {topic}:{index} is stored although no successful write created it \
+                     (written: {:?})",
                     self.0
                 ));
             }

@@ -237,7 +237,7 @@ async fn read_pages_with_from_and_limit() {
     let (status, page) = server.get("/topics/events/partitions/6/records").await;
     assert_eq!(status, 200);
     assert_eq!(page, json!({"records": [], "nextOffset": 0, "lag": 0}));
-    assert!(!server.log.partition_file("events", 6).exists());
+    assert!(!server.log.stores("events", 6));
     server.stop().await;
 }
 
@@ -292,7 +292,7 @@ async fn long_poll_read_without_records_answers_empty_after_the_wait() {
     assert_eq!(status, 200);
     assert_eq!(page, json!({"records": [], "nextOffset": 0, "lag": 0}));
     assert!(started.elapsed() >= Duration::from_millis(250));
-    assert!(!server.log.partition_file("events", 5).exists());
+    assert!(!server.log.stores("events", 5));
     server.stop().await;
 }
 
@@ -468,7 +468,7 @@ async fn cursors_put_get_delete() {
     // A partition never written has no cursors, and is not created.
     let (status, body) = server.get("/topics/events/partitions/7/cursors").await;
     assert_eq!((status, body), (200, json!({"cursors": {}})));
-    assert!(!server.log.partition_file("events", 7).exists());
+    assert!(!server.log.stores("events", 7));
     server.stop().await;
 }
 
@@ -619,7 +619,7 @@ async fn bounds_and_load() {
     assert_eq!(load["outbound"]["pendingDeliveries"], json!(0));
     assert_eq!(load["inbound"]["averageProcessingMs"], Value::Null);
     assert_eq!(load["outbound"]["averageProcessingMs"], Value::Null);
-    assert!(!server.log.partition_file("events", 0).exists());
+    assert!(!server.log.stores("events", 0));
 
     append(
         &server,
@@ -689,7 +689,7 @@ async fn trim_applies_retention_now() {
         .post("/topics/events/partitions/3/trim", Value::Null)
         .await;
     assert_eq!((status, body), (200, json!({"removed": 0})));
-    assert!(!server.log.partition_file("events", 3).exists());
+    assert!(!server.log.stores("events", 3));
     server.stop().await;
 }
 
@@ -829,7 +829,7 @@ async fn bearer_token_is_required_except_for_healthz() {
         .await;
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["error"]["code"], json!("unauthorized"));
-    assert!(!server.log.partition_file("events", 0).exists());
+    assert!(!server.log.stores("events", 0));
     // Not the Bearer scheme.
     let addr = server.addr;
     let (status, _) = actix_web::rt::task::spawn_blocking(move || {

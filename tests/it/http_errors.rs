@@ -10,7 +10,7 @@ use actix_web::{App, test};
 use durability::store::{AppendOutcome, NewRecord};
 use serde_json::{Value, json};
 
-use crate::common::{TestLog, files_under, respond};
+use crate::common::{TestLog, respond, stored_partitions};
 
 /// `call!(app, method, uri, body)`: sends a request (`body`: an optional JSON text) to the
 /// service and answers its status and JSON body (`Null` when empty).
@@ -82,7 +82,7 @@ async fn invalid_request_for_bad_bodies() {
     let app =
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
     let before = state_of(&t, "events").await;
-    let files = files_under(&t.config.storage.data_dir);
+    let files = stored_partitions(&t.config.storage.data_dir);
 
     let cases: &[(&str, &str)] = &[
         // Produce, keyed.
@@ -187,7 +187,7 @@ async fn invalid_request_for_bad_bodies() {
     }
 
     assert_eq!(state_of(&t, "events").await, before);
-    assert_eq!(files_under(&t.config.storage.data_dir), files);
+    assert_eq!(stored_partitions(&t.config.storage.data_dir), files);
 }
 
 /// Query parameters out of range are `400 invalid_request`: `limit` 0, negative or not a
@@ -269,7 +269,7 @@ async fn invalid_request_for_bad_dedup_keys() {
     let app =
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
     let before = state_of(&t, "events").await;
-    let files = files_under(&t.config.storage.data_dir);
+    let files = stored_partitions(&t.config.storage.data_dir);
     let too_long = "k".repeat(1025);
     let bodies = [
         json!([{"payload": 1, "key": ""}]),
@@ -301,7 +301,7 @@ async fn invalid_request_for_bad_dedup_keys() {
         assert_error(&answer, 400, "invalid_request");
     }
     assert_eq!(state_of(&t, "events").await, before);
-    assert_eq!(files_under(&t.config.storage.data_dir), files);
+    assert_eq!(stored_partitions(&t.config.storage.data_dir), files);
 
     // Multi-byte characters count in bytes: 1024 bytes is the limit, inclusive.
     let longest = "é".repeat(512);
@@ -358,9 +358,9 @@ async fn refused_direct_append_creates_no_partition() {
         let topics = call!(app, Method::GET, "/topics", None);
         assert_eq!(topics, (200, json!({"topics": []})), "after {code}");
         assert!(
-            files_under(&t.config.storage.data_dir).is_empty(),
+            stored_partitions(&t.config.storage.data_dir).is_empty(),
             "after {code}: {:?}",
-            files_under(&t.config.storage.data_dir)
+            stored_partitions(&t.config.storage.data_dir)
         );
     }
 }
@@ -374,7 +374,7 @@ async fn invalid_name_creates_nothing() {
     seed(&t, "events", 0, 1).await;
     let app =
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
-    let files = files_under(&t.config.storage.data_dir);
+    let files = stored_partitions(&t.config.storage.data_dir);
     let before = state_of(&t, "events").await;
 
     let long = "t".repeat(129);
@@ -565,7 +565,7 @@ async fn invalid_name_creates_nothing() {
     }
 
     assert_eq!(state_of(&t, "events").await, before);
-    assert_eq!(files_under(&t.config.storage.data_dir), files);
+    assert_eq!(stored_partitions(&t.config.storage.data_dir), files);
     let topics = t.log.topics().await.unwrap();
     assert_eq!(topics.len(), 1, "{topics:?}");
 }
@@ -611,8 +611,8 @@ async fn batch_too_large_writes_nothing() {
     );
     assert_error(&answer, 400, "batch_too_large");
     assert_eq!(state_of(&t, "events").await, before);
-    assert!(!t.partition_file("events", 3).exists());
-    assert!(!t.partition_file("events", 4).exists());
+    assert!(!t.stores("events", 3));
+    assert!(!t.stores("events", 4));
 
     // Spread over partitions, each at most maxBatchSize: accepted.
     let spread: Vec<Value> = ["user-1", "user-1", "user-1", "user-2", "user-2", "user-2"]
@@ -679,7 +679,7 @@ async fn invalid_offset_moves_nothing() {
     let app =
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
     let before = state_of(&t, "events").await;
-    let files = files_under(&t.config.storage.data_dir);
+    let files = stored_partitions(&t.config.storage.data_dir);
 
     for uri in [
         "/topics/events/partitions/0/records?from=3",
@@ -744,7 +744,7 @@ async fn invalid_offset_moves_nothing() {
     assert_error(&answer, 400, "invalid_offset");
 
     assert_eq!(state_of(&t, "events").await, before);
-    assert_eq!(files_under(&t.config.storage.data_dir), files);
+    assert_eq!(stored_partitions(&t.config.storage.data_dir), files);
 }
 
 /// A partition index at or beyond the topic's partition count is `404 unknown_partition` on
@@ -756,7 +756,7 @@ async fn unknown_partition_is_404() {
     let app =
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
     let before = state_of(&t, "events").await;
-    let files = files_under(&t.config.storage.data_dir);
+    let files = stored_partitions(&t.config.storage.data_dir);
 
     for partition in [
         "8",
@@ -846,7 +846,7 @@ async fn unknown_partition_is_404() {
         assert_error(&answer, 404, "unknown_partition");
     }
     assert_eq!(state_of(&t, "events").await, before);
-    assert_eq!(files_under(&t.config.storage.data_dir), files);
+    assert_eq!(stored_partitions(&t.config.storage.data_dir), files);
 }
 
 /// With `retention.max_records` 1 and no cold tier, a read from an offset retention deleted is
@@ -993,7 +993,7 @@ async fn leases_disabled_is_409() {
     let app =
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
     let before = state_of(&t, "jobs").await;
-    let files = files_under(&t.config.storage.data_dir);
+    let files = stored_partitions(&t.config.storage.data_dir);
     let cases = [
         (
             Method::POST,
@@ -1037,7 +1037,7 @@ async fn leases_disabled_is_409() {
         assert_error(&answer, 409, "leases_disabled");
     }
     assert_eq!(state_of(&t, "jobs").await, before);
-    assert_eq!(files_under(&t.config.storage.data_dir), files);
+    assert_eq!(stored_partitions(&t.config.storage.data_dir), files);
 }
 
 /// With an auth token, a missing, wrong or malformed `Authorization` is `401 unauthorized` on
@@ -1081,7 +1081,7 @@ async fn unauthorized_is_401() {
             assert_error(&(status, body), 401, "unauthorized");
         }
     }
-    assert!(files_under(&t.config.storage.data_dir).is_empty());
+    assert!(stored_partitions(&t.config.storage.data_dir).is_empty());
     let (status, body) = call!(app, Method::GET, "/healthz", None);
     assert_eq!((status, body), (200, json!({"status": "ok"})));
     let request = test::TestRequest::get()
@@ -1169,7 +1169,7 @@ async fn not_found_is_404_json() {
         let answer = call!(app, method, uri, None);
         assert_error(&answer, 404, "not_found");
     }
-    assert!(files_under(&t.config.storage.data_dir).is_empty());
+    assert!(stored_partitions(&t.config.storage.data_dir).is_empty());
 }
 
 /// `waitMs` above 30000 is accepted (capped), not refused: with records available the read

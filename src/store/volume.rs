@@ -1,0 +1,717 @@
+//! `Volume`: one SQLite database holding many partitions, with one committer thread.
+//!
+//! A node keeps a small, fixed number of volumes whatever its partition count, so threads,
+//! file descriptors and fsyncs stay bounded. Each volume has one writing connection, used by
+//! its committer thread for appends and under a lock by the partitions' other writes, and a
+//! small pool of read-only connections that open on demand and close when idle.
+//!
+//! Appends of every partition of the volume that arrive while a commit runs are committed
+//! together in the next transaction: one fsync for all of them. Records are laid out in commit
+//! order, and the lookups by offset and by deduplication key are written afterwards by the
+//! indexer (when the committer has nothing to do, or every [`INDEX_EVERY_ROWS`] records), so a
+//! commit dirties a run of record pages and no page per partition. Records committed since the
+//! last index pass are found through [`Recent`], an in-memory index rebuilt by an index pass
+//! when the volume opens.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
+
+use super::append::{AppendOutcome, AppendRejection, NewRecord};
+use super::{StoreError, SyncMode, schema};
+use crate::clock::Clock;
+
+/// How long a connection waits for a lock held by another connection before failing.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+/// How much of a volume each reader maps into memory (address space, not resident memory: the
+/// pages are the OS page cache's).
+const READER_MMAP_BYTES: i64 = 1 << 32;
+/// Most concurrent readers of one volume.
+const MAX_READERS: u32 = 4;
+/// A reader connection unused this long is closed.
+const READER_IDLE: Duration = Duration::from_secs(30);
+/// Records committed since the last index pass that make the committer index at once, even
+/// under load. Bounds the in-memory index and the rows an open or a restart scans.
+pub const INDEX_EVERY_ROWS: usize = 16_384;
+/// The committer indexes when no append has arrived for this long.
+const INDEX_WHEN_IDLE: Duration = Duration::from_millis(20);
+/// Pages (KiB, negative as SQLite wants it) of the writer's page cache: the index pages of
+/// many partitions stay cached between index passes.
+const WRITER_CACHE_KIB: i64 = -16_384;
+
+/// Points where a test can make a volume fail, once each, as a failing disk would.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Fault {
+    /// Just before a write transaction commits.
+    BeforeCommit = 0,
+    /// In a trim pass, after the segment is indexed and before the hot records are deleted.
+    AfterSegmentIndexed = 1,
+}
+
+/// The log's end: the offset the next record gets and the running total of appended bytes.
+/// Kept in memory by the partition's store (its single writer moves it) so an append reads
+/// nothing before inserting.
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Tail {
+    pub next_offset: u64,
+    pub end_bytes: u64,
+}
+
+/// One partition's log end, shared between its store and the committer.
+#[derive(Debug)]
+pub(super) struct PartitionTail {
+    /// The partition's key in the volume (`partitions.id`).
+    pub key: i64,
+    pub tail: Mutex<Tail>,
+}
+
+impl PartitionTail {
+    pub fn get(&self) -> Tail {
+        *lock(&self.tail)
+    }
+}
+
+/// Records of one partition committed since the last index pass: `(offset, seq)` in offset
+/// order, and their deduplication keys.
+#[derive(Debug, Default)]
+struct Recent {
+    rows: VecDeque<(u64, i64)>,
+    keys: HashMap<String, (u64, i64)>,
+}
+
+/// The writing connection and what the indexer knows.
+struct Writer {
+    conn: Connection,
+    /// Every record up to this seq is in the indexes.
+    indexed_through: i64,
+    /// The newest seq handed out to a committed record. Seqs are assigned here, not by
+    /// SQLite, which would reuse the seq of a deleted newest row.
+    last_seq: i64,
+}
+
+/// A group commit's share of one caller: its batches, checked, and where the answer goes.
+pub(super) struct AppendRequest {
+    pub partition: Arc<PartitionTail>,
+    pub clock: Arc<dyn Clock>,
+    /// Each batch with its definite rejection, if any (rejected batches write nothing).
+    pub batches: Vec<(Vec<NewRecord>, Option<AppendRejection>)>,
+    pub reply: AppendReply,
+}
+
+/// What a group commit answers each caller: one outcome per batch, and the partition's
+/// backlog after the commit.
+pub type AppendResult = Result<(Vec<AppendOutcome>, u64), StoreError>;
+/// Where a group commit's answer goes (called on the committer thread).
+pub type AppendReply = Box<dyn FnOnce(AppendResult) + Send>;
+
+/// What the volume's threads share.
+pub(super) struct Shared {
+    path: PathBuf,
+    sync: SyncMode,
+    writer: Mutex<Writer>,
+    readers: r2d2::Pool<SqliteConnectionManager>,
+    recent: Mutex<HashMap<i64, Recent>>,
+    /// Set when a write failed with an unknown outcome: from then on writes are refused until
+    /// [`Volume::recover`] reopens the writer.
+    poisoned: AtomicBool,
+    /// Bumped by every recovery; a store opened under an older epoch refuses writes.
+    epoch: AtomicU64,
+    faults: [AtomicBool; 2],
+}
+
+/// One SQLite database of many partitions. See the module docs.
+pub struct Volume {
+    shared: Arc<Shared>,
+    committer: mpsc::Sender<AppendRequest>,
+}
+
+impl std::fmt::Debug for Volume {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Volume")
+            .field("path", &self.shared.path)
+            .finish()
+    }
+}
+
+/// The thread pool that every reader pool uses for its maintenance: shared, so the thread
+/// count does not grow with volumes.
+fn reader_maintenance() -> Arc<scheduled_thread_pool::ScheduledThreadPool> {
+    static POOL: std::sync::OnceLock<Arc<scheduled_thread_pool::ScheduledThreadPool>> =
+        std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        Arc::new(
+            scheduled_thread_pool::ScheduledThreadPool::builder()
+                .num_threads(1)
+                .thread_name_pattern("durability-readers-{}")
+                .build(),
+        )
+    })
+    .clone()
+}
+
+/// Locks `mutex`, carrying on after a panic elsewhere: every guarded value here is replaced
+/// whole or only after a commit, so it is consistent.
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
+fn open_writer(path: &Path, sync: SyncMode) -> Result<Connection, StoreError> {
+    let mut conn = Connection::open(path)?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |row| row.get(0))?;
+    debug_assert_eq!(mode.to_ascii_lowercase(), "wal");
+    conn.pragma_update(None, "synchronous", sync.pragma())?;
+    conn.pragma_update(None, "cache_size", WRITER_CACHE_KIB)?;
+    schema::migrate(&mut conn)?;
+    Ok(conn)
+}
+
+impl Volume {
+    /// Opens (creating if needed) the volume at `path`, brings its schema up to date, indexes
+    /// what was committed since the last index pass, and starts its committer thread.
+    ///
+    /// # Errors
+    /// [`StoreError::Sqlite`] when the file cannot be opened or migrated,
+    /// [`StoreError::SchemaTooNew`] when a newer version wrote it.
+    pub fn open(path: impl AsRef<Path>, sync: SyncMode) -> Result<Arc<Self>, StoreError> {
+        let path = path.as_ref().to_path_buf();
+        let conn = open_writer(&path, sync)?;
+        let manager = SqliteConnectionManager::file(&path)
+            .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_init(|conn| {
+                conn.busy_timeout(BUSY_TIMEOUT)?;
+                // Pages are read through the OS page cache mapped into memory instead of copied
+                // by a read() each.
+                conn.pragma_update(None, "mmap_size", READER_MMAP_BYTES)
+            });
+        let readers = r2d2::Pool::builder()
+            .thread_pool(reader_maintenance())
+            .max_size(MAX_READERS)
+            .min_idle(Some(0))
+            .idle_timeout(Some(READER_IDLE))
+            .build_unchecked(manager);
+        let mut writer = Writer {
+            conn,
+            indexed_through: 0,
+            last_seq: 0,
+        };
+        writer.load_positions()?;
+        let shared = Arc::new(Shared {
+            path,
+            sync,
+            writer: Mutex::new(writer),
+            readers,
+            recent: Mutex::default(),
+            poisoned: AtomicBool::new(false),
+            epoch: AtomicU64::new(0),
+            faults: Default::default(),
+        });
+        shared.index()?;
+        let (committer, requests) = mpsc::channel();
+        let name = format!(
+            "durability-commit-{}",
+            shared
+                .path
+                .file_stem()
+                .map_or_else(String::new, |stem| stem.to_string_lossy().into_owned())
+        );
+        let thread_shared = shared.clone();
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || thread_shared.run_committer(requests))
+            .map_err(StoreError::Thread)?;
+        Ok(Arc::new(Self { shared, committer }))
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    pub(super) fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// Every partition stored here: `(key, topic, partition)`.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn partitions(&self) -> Result<Vec<(i64, String, u32)>, StoreError> {
+        let conn = self.shared.readers.get()?;
+        let mut statement = conn.prepare_cached("SELECT id, topic, partition FROM partitions")?;
+        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Queues a group-commit share; the reply comes from the committer thread.
+    pub(super) fn submit(&self, request: AppendRequest) {
+        if let Err(mpsc::SendError(request)) = self.committer.send(request) {
+            (request.reply)(Err(StoreError::Poisoned));
+        }
+    }
+}
+
+impl Writer {
+    fn load_positions(&mut self) -> Result<(), StoreError> {
+        self.indexed_through =
+            self.conn
+                .query_row("SELECT through_seq FROM indexed WHERE id = 1", [], |row| {
+                    row.get(0)
+                })?;
+        let newest: i64 =
+            self.conn
+                .query_row("SELECT COALESCE(MAX(seq), 0) FROM records", [], |row| {
+                    row.get(0)
+                })?;
+        // Trims delete indexed records, possibly the newest: a seq is never handed out twice,
+        // or a record could hide below `indexed_through` and never be indexed.
+        self.last_seq = newest.max(self.indexed_through);
+        Ok(())
+    }
+}
+
+impl Shared {
+    pub(super) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Whether writes under `epoch` must be refused.
+    pub(super) fn refuses_writes(&self, epoch: u64) -> bool {
+        self.poisoned.load(Ordering::SeqCst) || self.epoch() != epoch
+    }
+
+    fn poison(&self, err: &StoreError) {
+        log::error!(
+            "{}: write failed, refusing writes until reopened: {err:?}",
+            self.path.display()
+        );
+        self.poisoned.store(true, Ordering::SeqCst);
+    }
+
+    /// Arms a fault (tests of recovery).
+    #[cfg(any(test, feature = "test-util"))]
+    pub(super) fn arm(&self, fault: Fault) {
+        self.faults[fault as usize].store(true, Ordering::SeqCst);
+    }
+
+    /// Fails with an I/O error, as a failing disk would, if the chosen fault is armed.
+    pub(super) fn injected_fault(&self, fault: Fault) -> Result<(), StoreError> {
+        if self.faults[fault as usize].swap(false, Ordering::SeqCst) {
+            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                Some("injected fault".into()),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Runs `work` on a pooled reader inside one read transaction (one consistent snapshot).
+    pub(super) fn snapshot<T>(
+        &self,
+        work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut conn = self.readers.get()?;
+        let tx = conn.transaction()?;
+        work(&tx)
+    }
+
+    /// Runs `work` in one write transaction of the writer connection and commits it. A storage
+    /// error anywhere poisons the volume (SQLite's state after one is nothing to continue
+    /// from); definite errors returned by `work` roll back and change nothing.
+    pub(super) fn write<T>(
+        &self,
+        epoch: u64,
+        work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let mut writer = lock(&self.writer);
+        // Checked under the lock: a writer queued behind a failing one must not commit after it.
+        if self.refuses_writes(epoch) {
+            return Err(StoreError::Poisoned);
+        }
+        let result = (|| -> Result<T, StoreError> {
+            let tx = writer
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = work(&tx)?;
+            self.injected_fault(Fault::BeforeCommit)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        if let Err(err) = &result
+            && err.is_uncertain()
+        {
+            self.poison(err);
+        }
+        result
+    }
+
+    /// Adds a partition (or finds it) and returns its key. Not synced on its own: the
+    /// partition's first durable write syncs it (the WAL is written in order), and a partition
+    /// that never got one may as well be forgotten by a crash.
+    pub(super) fn partition_key(
+        &self,
+        topic: &str,
+        partition: u32,
+        create: bool,
+    ) -> Result<Option<i64>, StoreError> {
+        let mut writer = lock(&self.writer);
+        let find = |conn: &Connection| -> Result<Option<i64>, StoreError> {
+            Ok(conn
+                .prepare_cached("SELECT id FROM partitions WHERE topic = ?1 AND partition = ?2")?
+                .query_row(params![topic, partition], |row| row.get(0))
+                .optional()?)
+        };
+        if let Some(key) = find(&writer.conn)? {
+            return Ok(Some(key));
+        }
+        if !create {
+            return Ok(None);
+        }
+        let conn = &mut writer.conn;
+        conn.pragma_update(None, "synchronous", "OFF")?;
+        let inserted = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.prepare_cached("INSERT INTO partitions (topic, partition) VALUES (?1, ?2)")?
+                .execute(params![topic, partition])?;
+            let key = tx.last_insert_rowid();
+            tx.commit()?;
+            Ok::<_, StoreError>(key)
+        })();
+        conn.pragma_update(None, "synchronous", self.sync.pragma())?;
+        Ok(Some(inserted?))
+    }
+
+    /// Where a partition's log ends, from its newest record (indexed or recent) or else its
+    /// `partitions` row.
+    pub(super) fn load_tail(&self, key: i64) -> Result<Tail, StoreError> {
+        let writer = lock(&self.writer);
+        let conn = &writer.conn;
+        let (mut next_offset, mut end_bytes): (u64, u64) = conn
+            .prepare_cached("SELECT next_offset, end_bytes FROM partitions WHERE id = ?1")?
+            .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))?;
+        let newest_recent = lock(&self.recent)
+            .get(&key)
+            .and_then(|recent| recent.rows.back().copied());
+        let newest: Option<(u64, u64)> = match newest_recent {
+            Some((offset, seq)) => conn
+                .prepare_cached("SELECT end_bytes FROM records WHERE seq = ?1")?
+                .query_row([seq], |row| Ok((offset, row.get(0)?)))
+                .optional()?,
+            None => conn
+                .prepare_cached(
+                    "SELECT i.offset, r.end_bytes FROM record_index AS i
+                     JOIN records AS r ON r.seq = i.seq
+                     WHERE i.partition = ?1 ORDER BY i.offset DESC LIMIT 1",
+                )?
+                .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))
+                .optional()?,
+        };
+        if let Some((offset, end)) = newest {
+            next_offset = next_offset.max(offset + 1);
+            end_bytes = end_bytes.max(end);
+        }
+        Ok(Tail {
+            next_offset,
+            end_bytes,
+        })
+    }
+
+    /// Up to `limit` recent `(offset, seq)` of a partition from `from` on, in offset order.
+    pub(super) fn recent_from(&self, key: i64, from: u64, limit: usize) -> Vec<(u64, i64)> {
+        let recent = lock(&self.recent);
+        let Some(recent) = recent.get(&key) else {
+            return Vec::new();
+        };
+        let start = recent.rows.partition_point(|&(offset, _)| offset < from);
+        recent.rows.range(start..).take(limit).copied().collect()
+    }
+
+    /// The oldest recent record of a partition: `(offset, seq)`.
+    pub(super) fn oldest_recent(&self, key: i64) -> Option<(u64, i64)> {
+        lock(&self.recent)
+            .get(&key)
+            .and_then(|recent| recent.rows.front().copied())
+    }
+
+    /// Indexes every record committed since the last index pass, then forgets them from the
+    /// in-memory index. Not synced on its own: the indexes can be rebuilt from the records, and
+    /// the next durable commit syncs them.
+    pub(super) fn index(&self) -> Result<(), StoreError> {
+        let mut writer = lock(&self.writer);
+        self.index_locked(&mut writer)
+    }
+
+    fn index_locked(&self, writer: &mut Writer) -> Result<(), StoreError> {
+        let (through, last) = (writer.indexed_through, writer.last_seq);
+        if last <= through {
+            return Ok(());
+        }
+        let conn = &mut writer.conn;
+        conn.pragma_update(None, "synchronous", "OFF")?;
+        let result = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO record_index (partition, offset, seq)
+                 SELECT partition, offset, seq FROM records WHERE seq > ?1 AND seq <= ?2",
+            )?
+            .execute([through, last])?;
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO key_index (partition, dedup_key, offset)
+                 SELECT partition, dedup_key, offset FROM records
+                 WHERE seq > ?1 AND seq <= ?2 AND dedup_key IS NOT NULL",
+            )?
+            .execute([through, last])?;
+            tx.prepare_cached("UPDATE indexed SET through_seq = ?1 WHERE id = 1")?
+                .execute([last])?;
+            tx.commit()?;
+            Ok::<_, StoreError>(())
+        })();
+        conn.pragma_update(None, "synchronous", self.sync.pragma())?;
+        if let Err(err) = result {
+            self.poison(&err);
+            return Err(err);
+        }
+        writer.indexed_through = last;
+        let mut recent = lock(&self.recent);
+        recent.retain(|_, recent| {
+            while recent.rows.front().is_some_and(|&(_, seq)| seq <= last) {
+                recent.rows.pop_front();
+            }
+            recent.keys.retain(|_, &mut (_, seq)| seq > last);
+            !recent.rows.is_empty()
+        });
+        recent.shrink_to_fit();
+        Ok(())
+    }
+
+    /// Clears a poisoned volume: reopens the writer connection (SQLite rolls back whatever the
+    /// failed transaction left), reindexes, and starts a new epoch. Stores opened before keep
+    /// refusing writes; reopening them loads their log's end anew.
+    pub(super) fn recover(&self) -> Result<(), StoreError> {
+        let mut writer = lock(&self.writer);
+        if !self.poisoned.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        writer.conn = open_writer(&self.path, self.sync)?;
+        writer.load_positions()?;
+        lock(&self.recent).clear();
+        // The in-memory index starts empty: index everything the reopened file holds.
+        self.poisoned.store(false, Ordering::SeqCst);
+        self.index_locked(&mut writer)?;
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// The committer thread: takes every queued share, commits them in one transaction, answers
+    /// each, and indexes when idle or when enough records wait.
+    fn run_committer(self: Arc<Self>, requests: mpsc::Receiver<AppendRequest>) {
+        loop {
+            let first = match requests.recv_timeout(INDEX_WHEN_IDLE) {
+                Ok(first) => first,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = self.index();
+                    continue;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            };
+            let mut group = vec![first];
+            group.extend(requests.try_iter());
+            let mut writer = lock(&self.writer);
+            self.commit_group(&mut writer, group);
+            if (writer.last_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS {
+                let _ = self.index_locked(&mut writer);
+            }
+        }
+        let _ = self.index();
+    }
+
+    fn commit_group(&self, writer: &mut Writer, group: Vec<AppendRequest>) {
+        if self.poisoned.load(Ordering::SeqCst) {
+            for request in group {
+                (request.reply)(Err(StoreError::Poisoned));
+            }
+            return;
+        }
+        let mut staged: HashMap<i64, Staged> = HashMap::new();
+        let mut last_seq = writer.last_seq;
+        let result = (|| {
+            let tx = writer
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut outcomes = Vec::with_capacity(group.len());
+            {
+                let mut insert = tx.prepare_cached(
+                    "INSERT INTO records (seq, partition, offset, dedup_key, payload, bytes, end_bytes, appended_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                )?;
+                for request in &group {
+                    let key = request.partition.key;
+                    let staged = staged.entry(key).or_insert_with(|| Staged {
+                        partition: request.partition.clone(),
+                        tail: request.partition.get(),
+                        rows: Vec::new(),
+                        keys: HashMap::new(),
+                    });
+                    // Taken under the writer lock, so later offsets never get earlier timestamps.
+                    let appended_at = request.clock.now_ms();
+                    let mut answers = Vec::with_capacity(request.batches.len());
+                    for (batch, rejection) in &request.batches {
+                        answers.push(match rejection {
+                            Some(rejection) => AppendOutcome::Rejected(rejection.clone()),
+                            None => AppendOutcome::Appended {
+                                offsets: self.insert_batch(
+                                    &tx,
+                                    &mut insert,
+                                    staged,
+                                    &mut last_seq,
+                                    batch,
+                                    appended_at,
+                                )?,
+                            },
+                        });
+                    }
+                    outcomes.push(answers);
+                }
+            }
+            self.injected_fault(Fault::BeforeCommit)?;
+            tx.commit()?;
+            Ok::<_, StoreError>(outcomes)
+        })();
+        match result {
+            Ok(outcomes) => {
+                writer.last_seq = last_seq;
+                {
+                    let mut recent = lock(&self.recent);
+                    for (key, staged) in &mut staged {
+                        if staged.rows.is_empty() {
+                            continue;
+                        }
+                        let entry = recent.entry(*key).or_default();
+                        entry.rows.extend(staged.rows.drain(..));
+                        entry.keys.extend(staged.keys.drain());
+                    }
+                }
+                // The tail moves after the recent records are findable: a reader that sees the
+                // new end finds every record below it.
+                for staged in staged.values() {
+                    *lock(&staged.partition.tail) = staged.tail;
+                }
+                for (request, outcomes) in group.into_iter().zip(outcomes) {
+                    let next_offset = staged[&request.partition.key].tail.next_offset;
+                    let pending =
+                        pending_deliveries(&writer.conn, request.partition.key, next_offset)
+                            .unwrap_or(0);
+                    (request.reply)(Ok((outcomes, pending)));
+                }
+            }
+            Err(err) => {
+                if err.is_uncertain() {
+                    self.poison(&err);
+                }
+                // The first caller gets the cause; the others learn that the volume refuses writes.
+                let mut err = Some(err);
+                for request in group {
+                    (request.reply)(Err(err.take().unwrap_or(StoreError::Poisoned)));
+                }
+            }
+        }
+    }
+
+    /// Writes one validated batch, returning each input record's offset.
+    fn insert_batch(
+        &self,
+        tx: &Transaction<'_>,
+        insert: &mut rusqlite::CachedStatement<'_>,
+        staged: &mut Staged,
+        last_seq: &mut i64,
+        batch: &[NewRecord],
+        appended_at: i64,
+    ) -> Result<Vec<u64>, StoreError> {
+        let key = staged.partition.key;
+        let mut offsets = Vec::with_capacity(batch.len());
+        for record in batch {
+            let dedup_key = record.key.as_deref();
+            if let Some(dedup_key) = dedup_key
+                && let Some(offset) = self.offset_of_key(tx, staged, dedup_key)?
+            {
+                offsets.push(offset);
+                continue;
+            }
+            let offset = staged.tail.next_offset;
+            let bytes = record.payload.len() as u64;
+            staged.tail.next_offset += 1;
+            staged.tail.end_bytes += bytes;
+            *last_seq += 1;
+            let seq = *last_seq;
+            insert.execute(params![
+                seq,
+                key,
+                offset,
+                dedup_key,
+                record.payload,
+                bytes,
+                staged.tail.end_bytes,
+                appended_at
+            ])?;
+            staged.rows.push((offset, seq));
+            if let Some(dedup_key) = dedup_key {
+                staged.keys.insert(dedup_key.to_owned(), (offset, seq));
+            }
+            offsets.push(offset);
+        }
+        Ok(offsets)
+    }
+
+    /// The offset of the hot record carrying `dedup_key`: staged in this commit, recent, or
+    /// indexed.
+    fn offset_of_key(
+        &self,
+        tx: &Transaction<'_>,
+        staged: &Staged,
+        dedup_key: &str,
+    ) -> Result<Option<u64>, StoreError> {
+        if let Some(&(offset, _)) = staged.keys.get(dedup_key) {
+            return Ok(Some(offset));
+        }
+        let key = staged.partition.key;
+        if let Some(&(offset, _)) = lock(&self.recent)
+            .get(&key)
+            .and_then(|recent| recent.keys.get(dedup_key))
+        {
+            return Ok(Some(offset));
+        }
+        Ok(tx
+            .prepare_cached("SELECT offset FROM key_index WHERE partition = ?1 AND dedup_key = ?2")?
+            .query_row(params![key, dedup_key], |row| row.get(0))
+            .optional()?)
+    }
+}
+
+/// What a group commit wrote for one partition, applied to memory only once it committed.
+struct Staged {
+    partition: Arc<PartitionTail>,
+    tail: Tail,
+    rows: Vec<(u64, i64)>,
+    keys: HashMap<String, (u64, i64)>,
+}
+
+/// Records not yet processed by a partition's slowest consumer: `next_offset` minus the lowest
+/// cursor, or 0 when no consumer has a cursor.
+pub(super) fn pending_deliveries(
+    conn: &Connection,
+    key: i64,
+    next_offset: u64,
+) -> Result<u64, StoreError> {
+    let slowest: Option<u64> = conn
+        .prepare_cached("SELECT MIN(offset) FROM cursors WHERE partition = ?1")?
+        .query_row([key], |row| row.get(0))?;
+    Ok(slowest.map_or(0, |slowest| next_offset.saturating_sub(slowest)))
+}
