@@ -121,7 +121,7 @@ pub struct StorageSettings {
     pub data_dir: PathBuf,
     /// Commit durability. Default: `full`.
     pub sync: SyncMode,
-    /// Volumes new partitions are spread over, each with one committer thread. Default: 4.
+    /// Volumes new partitions are spread over, each with one committer thread. Default: 1.
     pub volumes: usize,
     /// Threads running partitions' blocking work other than appends (cursor commits, leases,
     /// retention). Default: 2.

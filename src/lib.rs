@@ -2,7 +2,9 @@
 //!
 //! Producers append records to partitions (atomically per batch, idempotently with
 //! deduplication keys); consumers read from their own cursors and commit forward. Each
-//! partition owns one SQLite database file in WAL mode.
+//! partition is an actor, the single writer of its log; the partitions of a node share a fixed
+//! set of SQLite databases in WAL mode ([`Volume`](store::Volume)s), each with one committer
+//! thread that commits the appends of all its partitions together.
 //!
 //! # Layout
 //!
@@ -16,14 +18,19 @@
 //! - [`metrics`]: the server's Prometheus metrics (`GET /metrics`), fed by [`http`] and [`Log`].
 //! - [`log`]: [`Log`], the cloneable handle: validates names, routes keyed events with the
 //!   partitioning function, and sends each operation to its partition's actor.
-//! - `registry` (internal): the `PartitionRegistry` actor, a supervisor that starts a
-//!   partition's actor on its first write, stops idle ones, wakes them when retention is due,
-//!   and restarts one whose store failed.
-//! - [`partition`]: [`PartitionActor`](partition::PartitionActor), one per partition on its own
-//!   thread, with one typed message per operation, group commit, and a retention timer.
-//! - [`store`]: [`LogStore`], every rule of one partition's log over one SQLite database:
-//!   append (with group commit), read (transparently from cold segments below the hot window),
-//!   commit, cursors, bounds, backlog, retention (`trim`), `forget_cold_before`, and leases.
+//! - `registry` (internal): the `PartitionRegistry` actor, a supervisor that knows which volume
+//!   holds each partition, opens a partition's actor on its first message, keeps at most
+//!   `partitions.max_open` open (closing the least recently used idle one, or answering
+//!   [`Error::Overloaded`]), closes idle ones, wakes them when retention is due, and restarts
+//!   one whose store failed.
+//! - [`partition`]: [`PartitionActor`](partition::PartitionActor), one per open partition, owning
+//!   no thread: one typed message per operation, group commit through its volume's committer,
+//!   other blocking work on a fixed pool of workers, and a retention timer.
+//! - [`store`]: [`LogStore`], every rule of one partition's log over its share of a
+//!   [`Volume`](store::Volume) (one SQLite database of many partitions, with one committer
+//!   thread and a background index): append (with group commit across partitions), read
+//!   (transparently from cold segments below the hot window), commit, cursors, bounds, backlog,
+//!   retention (`trim`), `forget_cold_before`, and leases.
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
 //!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
 //! - [`routing`]: the FNV-1a partitioning function, shard names, and a client-side router.

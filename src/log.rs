@@ -22,8 +22,8 @@ use crate::load::{LoadObserver, LoadSnapshot};
 use crate::names::{PartitionId, validate_group};
 use crate::partition::{self, Appended, DeadLetter, PartitionActor, PartitionStats};
 use crate::registry::{
-    DeadLetterFor, Locate, PartitionCounters, PartitionRegistry, RegistryParts, RunningPartitions,
-    Shutdown, Signals, Volumes, WrittenTopics,
+    DeadLetterFor, Locate, OpenStores, PartitionCounters, PartitionRegistry, RegistryParts,
+    RunningPartitions, Shutdown, Signals, Volumes, WrittenTopics,
 };
 use crate::routing::partition_for;
 use crate::store::{
@@ -885,6 +885,13 @@ impl Log {
     /// refused because every open partition was busy. Does not block.
     pub fn partition_counters(&self) -> Arc<PartitionCounters> {
         self.inner.counters.clone()
+    }
+
+    /// The stores of the open partitions, read without counting as their activity.
+    pub(crate) async fn open_stores(
+        &self,
+    ) -> Result<Vec<(PartitionId, Arc<crate::store::LogStore>)>, Error> {
+        Ok(self.inner.registry.send(OpenStores).await?)
     }
 
     /// The partitions whose actors are running now.

@@ -70,6 +70,7 @@ fn main() -> ExitCode {
         }
     };
     log::info!("configuration: {:?}", config.redacted());
+    raise_fd_limit();
     match actix_web::rt::System::new().block_on(serve(config)) {
         Ok(()) => {
             log::info!("stopped");
@@ -79,6 +80,40 @@ fn main() -> ExitCode {
             eprintln!("error: {err}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Raises the soft limit of open files to the hard limit, as production servers do: every
+/// connection holds one, and the default soft limit (often 1,024) is far below what the
+/// operating system allows. Logs both limits; a failure is logged, not fatal.
+fn raise_fd_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed by pointer.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return log::warn!(
+                "cannot read the open-file limit: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        let soft = limit.rlim_cur;
+        if soft < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return log::warn!(
+                    "open-file limit: soft {soft}, hard {}; cannot raise the soft limit: {}",
+                    limit.rlim_max,
+                    std::io::Error::last_os_error()
+                );
+            }
+        }
+        log::info!(
+            "open-file limit: soft {soft} raised to the hard limit {}",
+            limit.rlim_max
+        );
     }
 }
 

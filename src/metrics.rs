@@ -22,6 +22,7 @@
 //! | `durability_cold_flushes_total` | counter | `result` (`ok`, `error`) |
 //! | `durability_http_request_duration_seconds` | histogram | `method`, `route`, `status` |
 //! | `durability_open_partitions` | gauge | |
+//! | `durability_partition_actors` | gauge (actors alive: open partitions, and closed ones not yet dropped) | |
 //! | `durability_partitions_opened_total`, `durability_partitions_closed_total` | counter | |
 //! | `durability_partitions_closed_for_room_total` | counter (closed under `max_open`) | |
 //! | `durability_overloaded_total` | counter (requests answered `overloaded`) | |
@@ -36,8 +37,9 @@ use prometheus::{
 };
 
 use crate::log::Log;
+use crate::names::PartitionId;
 use crate::registry::PartitionCounters;
-use crate::store::{ColdFlushCounters, LeaseState};
+use crate::store::{ColdFlushCounters, LeaseState, LogStore};
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
 /// `Metrics` can be shared by all the workers of an `HttpServer`.
@@ -56,6 +58,7 @@ struct Inner {
     cold_flushes: IntCounterVec,
     request_duration: HistogramVec,
     open_partitions: IntGauge,
+    partition_actors: IntGauge,
     partitions_opened: IntCounter,
     partitions_closed: IntCounter,
     partitions_closed_for_room: IntCounter,
@@ -196,6 +199,13 @@ impl Metrics {
                 &registry,
                 IntGauge::new("durability_open_partitions", "Partitions open now."),
             ),
+            partition_actors: register(
+                &registry,
+                IntGauge::new(
+                    "durability_partition_actors",
+                    "Partition actors alive: open partitions, and closed ones not yet dropped.",
+                ),
+            ),
             partitions_opened: counter(
                 "durability_partitions_opened_total",
                 "Partitions opened since the server started.",
@@ -311,6 +321,7 @@ impl Metrics {
         );
         catch_up(&self.inner.overloaded, partitions.overloaded());
         self.inner.open_partitions.set(gauge(partitions.open()));
+        self.inner.partition_actors.set(gauge(partitions.actors()));
         TextEncoder::new()
             .encode_to_string(&self.inner.registry.gather())
             .unwrap_or_else(|err| {
@@ -349,39 +360,49 @@ fn gauge(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Every cursor of every written partition, with its lag and (when leasing) its lease rows.
-/// The groups of every running partition. Stopped partitions are left out: a scrape every
-/// few seconds must not keep every partition awake, and a stopped one has been idle (its
-/// cursors did not move) for `idle_stop_ms`.
+/// The groups of every open partition, with their lag and (when leasing) their lease rows.
+/// Closed partitions are left out, and the open ones are read from their stores directly, not
+/// through their actors: a scrape every few seconds must not keep partitions open or reopen
+/// them (a closed one has been idle: its cursors did not move).
 async fn collect_groups(log: &Log) -> Result<Vec<GroupState>, crate::Error> {
-    let mut groups = Vec::new();
-    for id in log.running_partitions().await? {
-        let (topic, partition) = (id.topic(), id.index());
-        let leasing = log.config().topic_leases(topic).enabled;
-        match partition_groups(log, topic, partition, leasing).await {
-            Ok(found) => groups.extend(found),
-            Err(err) => log::warn!("metrics: skipping {id}: {err}"),
+    let stores = log.open_stores().await?;
+    let leasing: Vec<bool> = stores
+        .iter()
+        .map(|(id, _)| log.config().topic_leases(id.topic()).enabled)
+        .collect();
+    let read = move || {
+        let mut groups = Vec::new();
+        for ((id, store), leasing) in stores.iter().zip(leasing) {
+            match partition_groups(id, store, leasing) {
+                Ok(found) => groups.extend(found),
+                Err(err) => log::warn!("metrics: skipping {id}: {err}"),
+            }
         }
-    }
-    Ok(groups)
+        groups
+    };
+    actix_web::rt::task::spawn_blocking(read)
+        .await
+        .map_err(|err| crate::Error::Unavailable {
+            partition: "*".into(),
+            reason: format!("metrics: reading the partitions failed: {err}"),
+        })
 }
 
-async fn partition_groups(
-    log: &Log,
-    topic: &str,
-    partition: u32,
+fn partition_groups(
+    id: &PartitionId,
+    store: &LogStore,
     leasing: bool,
-) -> Result<Vec<GroupState>, crate::Error> {
-    let cursors = log.cursors(topic, partition).await?;
+) -> Result<Vec<GroupState>, crate::store::StoreError> {
+    let cursors = store.cursors()?;
     if cursors.is_empty() {
         return Ok(Vec::new());
     }
-    let next_offset = log.bounds(topic, partition).await?.next_offset;
+    let next_offset = store.bounds()?.next_offset;
     let mut groups = Vec::with_capacity(cursors.len());
     for (group, cursor) in cursors {
         let leases = if leasing {
             let mut counts = [0; 4];
-            for row in log.leases(topic, partition, &group).await? {
+            for row in store.leases(&group)? {
                 counts[state_index(row.state)] += 1;
             }
             Some(counts)
@@ -389,8 +410,8 @@ async fn partition_groups(
             None
         };
         groups.push(GroupState {
-            topic: topic.to_owned(),
-            partition: partition.to_string(),
+            topic: id.topic().to_owned(),
+            partition: id.index().to_string(),
             lag: next_offset.saturating_sub(cursor),
             group,
             leases,

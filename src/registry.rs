@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix::{
@@ -63,6 +63,7 @@ impl Signals {
 /// Counters of partitions opened and closed, read by the server's metrics.
 #[derive(Debug, Default)]
 pub struct PartitionCounters {
+    alive: Arc<AtomicUsize>,
     opened: AtomicU64,
     closed: AtomicU64,
     closed_for_room: AtomicU64,
@@ -93,6 +94,12 @@ impl PartitionCounters {
     /// Partitions open now.
     pub fn open(&self) -> u64 {
         self.opened().saturating_sub(self.closed())
+    }
+
+    /// Partition actors alive now: open partitions, and closed ones whose actor has not been
+    /// dropped yet (a caller still holds its address for a moment).
+    pub fn actors(&self) -> u64 {
+        self.alive.load(Ordering::SeqCst) as u64
     }
 }
 
@@ -211,6 +218,8 @@ struct Running {
     addr: Addr<PartitionActor>,
     generation: u64,
     usage: Arc<Usage>,
+    /// The partition's store, for reads that must not count as its activity (metrics).
+    store: Arc<LogStore>,
 }
 
 /// What the registry is built from (see [`PartitionRegistry::new`]).
@@ -312,6 +321,7 @@ impl PartitionRegistry {
         else {
             return Ok(None);
         };
+        let store = Arc::new(store);
         self.volumes.catalog.insert(id.clone(), volume_index);
         self.generations += 1;
         let topic = self.config.topic(id.topic());
@@ -328,8 +338,9 @@ impl PartitionRegistry {
             appended: [self.signals.partition(id), self.signals.topic(id.topic())],
             workers: self.workers.clone(),
             usage: usage.clone(),
+            alive: self.counters.alive.clone(),
         };
-        let addr = PartitionActor::start(setup, store);
+        let addr = PartitionActor::start(setup, store.clone());
         self.counters.opened.fetch_add(1, Ordering::Relaxed);
         log::debug!("partition {id} opened");
         self.running.insert(
@@ -338,6 +349,7 @@ impl PartitionRegistry {
                 addr: addr.clone(),
                 generation: self.generations,
                 usage,
+                store,
             },
         );
         Ok(Some(addr))
@@ -534,5 +546,22 @@ impl Handler<RunningPartitions> for PartitionRegistry {
         let mut running: Vec<PartitionId> = self.running.keys().cloned().collect();
         running.sort();
         running
+    }
+}
+
+/// The stores of the open partitions, by partition (for reads that must not keep a partition
+/// open, such as a metrics scrape).
+#[derive(Message, Debug)]
+#[rtype(result = "Vec<(PartitionId, Arc<LogStore>)>")]
+pub(crate) struct OpenStores;
+
+impl Handler<OpenStores> for PartitionRegistry {
+    type Result = Vec<(PartitionId, Arc<LogStore>)>;
+
+    fn handle(&mut self, _: OpenStores, _: &mut Self::Context) -> Self::Result {
+        self.running
+            .iter()
+            .map(|(id, running)| (id.clone(), running.store.clone()))
+            .collect()
     }
 }

@@ -167,6 +167,7 @@ pub async fn random_reads(actor: &Addr<PartitionActor>, records: u64, budget: Du
 /// database file: (log records/s, raw records/s).
 pub fn reads(dir: PathBuf, payload: &str) -> (f64, f64) {
     const RECORDS: u64 = 100_000;
+    let payload_for_raw = payload.to_owned();
     let payload = payload.to_owned();
     let dir_for_log = dir.clone();
     let rate = actix::System::new().block_on(async move {
@@ -181,18 +182,11 @@ pub fn reads(dir: PathBuf, payload: &str) -> (f64, f64) {
         log.shutdown().await.unwrap();
         best
     });
-    let file = partition_file(&dir, 0);
+    let file = dir.join("raw-scan.sqlite");
     let raw = (0..3)
-        .map(|_| super::raw::range_scan(&file, RECORDS, 100))
+        .map(|_| super::raw::range_scan(&file, RECORDS, &payload_for_raw, 100))
         .fold(0.0, f64::max);
     (rate, raw)
-}
-
-/// The database file of partition `partition` of the bench topic.
-pub fn partition_file(dir: &Path, partition: u32) -> PathBuf {
-    dir.join("data")
-        .join(TOPIC)
-        .join(format!("{partition}.sqlite"))
 }
 
 /// One group leasing batches of 100 and acking each; records per second.

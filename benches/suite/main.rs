@@ -7,11 +7,12 @@
 //! [--seconds N] [--quick] [--only SECTION]`. Without `--server` (or without wrk / redis-server installed) the
 //! HTTP (or Redis) rows are left out. `--quick` grows the partition to 10⁶ records instead of
 //! 10⁷ for the cost-growth rows. `--only` runs one section: `throughput` (which latency needs),
-//! `cold` or `scale`. Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`.
+//! `cold`, `partitions` (needs `--server`) or `scale`. Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`.
 
 mod embedded;
 mod external;
 mod latency;
+mod partitions;
 mod raw;
 mod report;
 
@@ -23,6 +24,8 @@ use report::{Measured, Report};
 
 /// Record sizes measured, in bytes of payload text.
 const SIZES: [usize; 2] = [100, 1024];
+/// Partition counts the producers spread over (64 and 1,024 with 50 producers only).
+const PARTITIONS: [u32; 4] = [1, 8, 64, 1024];
 
 struct Args {
     server: Option<PathBuf>,
@@ -98,8 +101,9 @@ fn main() {
         eprintln!("{size} B records");
         m.ceiling_runs.push(ceiling(&format!("raw-{size}-a")));
 
-        for partitions in [1u32, 8] {
-            for producers in [1usize, 8, 50] {
+        for partitions in PARTITIONS {
+            let producers: &[usize] = if partitions <= 8 { &[1, 8, 50] } else { &[50] };
+            for &producers in producers {
                 let rate = median_of_3(|| {
                     embedded::producers(
                         dir(&format!("embedded-{size}-{partitions}-{producers}")),
@@ -153,6 +157,23 @@ fn main() {
 
     if args.runs("cold") {
         report.cold = Some(embedded::cold_read_back(dir("cold"), &payload));
+    }
+    if let Some(binary) = server
+        .as_ref()
+        .or(args.server.as_ref())
+        .filter(|_| args.runs("partitions"))
+    {
+        eprintln!("many partitions");
+        let counts: &[u64] = if args.quick {
+            &[1_000, 10_000]
+        } else {
+            &[1_000, 10_000, 100_000]
+        };
+        report.partitions = partitions::growth(binary, &dir("partitions"), counts, &payload);
+        let rate =
+            partitions::round_robin(binary, &dir("round-robin"), 10_000, 50, &payload, budget);
+        eprintln!("  50 producers round-robin over 10,000 partitions: {rate:.0} appends/s");
+        report.round_robin = Some((10_000, rate));
     }
     if args.runs("scale") {
         let sizes: &[u64] = if args.quick {

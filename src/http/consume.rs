@@ -95,7 +95,7 @@ struct PollJson {
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn read(
@@ -132,7 +132,7 @@ pub async fn read(
         (status = 400, description = "`invalid_request` or `invalid_name`", body = schema::ErrorBody),
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn poll(
@@ -181,7 +181,7 @@ struct CommitBody {
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the commit may or may not have happened", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the commit may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn commit(
@@ -247,7 +247,7 @@ struct CursorBody {
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the commit may or may not have happened", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the commit may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn put_cursor(
@@ -279,7 +279,7 @@ pub async fn put_cursor(
         (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn cursors(
@@ -307,7 +307,7 @@ pub async fn cursors(
         (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn delete_cursor(

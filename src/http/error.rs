@@ -127,3 +127,29 @@ fn error_text(err: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use actix_web::ResponseError;
+    use actix_web::http::header::RETRY_AFTER;
+
+    use super::ApiError;
+    use crate::error::Error;
+
+    /// `overloaded` is a 503 that tells the client when to retry; `unavailable` is not.
+    #[test]
+    fn overloaded_is_503_with_retry_after() {
+        let overloaded = ApiError::from(Error::Overloaded {
+            partition: "t:0".into(),
+            open: 32,
+        });
+        let response = overloaded.error_response();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
+        assert_eq!(overloaded.code(), "overloaded");
+
+        let unavailable = ApiError::from(Error::PartitionStopped).error_response();
+        assert_eq!(unavailable.status(), 503);
+        assert!(unavailable.headers().get(RETRY_AFTER).is_none());
+    }
+}

@@ -59,7 +59,7 @@ fn lease_json(lease: Lease, partition: Option<u32>) -> LeaseJson {
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 409, description = "`leases_disabled`", body = schema::ErrorBody),
         (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn claim(
@@ -94,7 +94,7 @@ pub async fn claim(
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 409, description = "`leases_disabled`", body = schema::ErrorBody),
         (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn claim_any(
@@ -129,7 +129,7 @@ pub async fn claim_any(
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn ack(
@@ -168,7 +168,7 @@ struct NackBody {
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = schema::ErrorBody),
         (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn nack(
@@ -209,7 +209,7 @@ pub async fn nack(
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn extend(
@@ -239,7 +239,7 @@ pub async fn extend(
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 409, description = "`leases_disabled`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn list(

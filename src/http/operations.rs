@@ -37,7 +37,7 @@ pub async fn healthz() -> HttpResponse {
         (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn bounds(
@@ -66,7 +66,7 @@ pub async fn bounds(
         (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn load(
@@ -92,7 +92,7 @@ pub async fn load(
         (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the cold store failed; passes already completed stay done, the failed pass removed nothing", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the cold store failed; passes already completed stay done, the failed pass removed nothing; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn trim(
@@ -127,7 +127,7 @@ struct ForgetBody {
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn forget_cold(
@@ -156,7 +156,7 @@ pub async fn forget_cold(
     responses(
         (status = 200, description = "Topics with at least one written partition, sorted by name", body = schema::Topics),
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn topics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiError> {
@@ -182,7 +182,7 @@ pub async fn topics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiErro
         (status = 200, description = "Every partition's bounds, cursors and backlog, in order", body = schema::TopicDetail),
         (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn topic(

@@ -53,7 +53,7 @@ struct RecordBody {
         (status = 400, description = "`invalid_request`, `invalid_name`, `batch_too_large` or `record_too_large`", body = schema::ErrorBody),
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the write may or may not have happened", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the write may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn events(
@@ -106,7 +106,7 @@ pub async fn events(
         (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
         (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
         (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the write may or may not have happened", body = schema::ErrorBody),
+        (status = 503, description = "`unavailable`: the write may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn records(

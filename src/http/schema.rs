@@ -424,7 +424,8 @@ pub struct Health {
 // ---------------------------------------------------------------------------------------------
 
 /// Every error: `{"error": {"code", "message", ...details}}`. A 4xx is definite: nothing
-/// changed. A 5xx is uncertain: the write may or may not have happened.
+/// changed; so is `503 overloaded`. Otherwise a 5xx is uncertain: the write may or may not have
+/// happened.
 #[derive(Serialize, ToSchema)]
 pub struct ErrorBody {
     /// What went wrong.
@@ -438,7 +439,8 @@ pub struct ErrorDetail {
     /// A stable snake_case code. `400`: `invalid_request`, `invalid_name`,
     /// `batch_too_large`, `record_too_large`, `invalid_offset`. `401`: `unauthorized`. `404`:
     /// `unknown_partition`, `not_found`. `409`: `lease_not_held`, `leases_disabled`. `410`:
-    /// `log_truncated`. `413`: `payload_too_large`. `503`: `unavailable`.
+    /// `log_truncated`. `413`: `payload_too_large`. `503`: `overloaded` (definite: nothing changed,
+    /// retry after `Retry-After`), `unavailable`.
     #[schema(example = "invalid_request")]
     code: String,
     /// Human-readable text.

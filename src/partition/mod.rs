@@ -29,8 +29,10 @@ mod nack;
 mod read;
 mod trim;
 
+use std::cell::Cell;
 use std::future::Future;
 use std::pin::Pin;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -94,6 +96,9 @@ pub(crate) struct PartitionSetup {
     pub workers: Workers,
     /// What the registry reads to choose a partition to close.
     pub usage: Arc<Usage>,
+    /// Partition actors alive in this log, counted up when one starts and down when it is
+    /// dropped (a stopped actor must not linger).
+    pub alive: Arc<AtomicUsize>,
 }
 
 /// The fixed set of threads that run partitions' blocking work other than appends; a
@@ -194,22 +199,24 @@ pub struct PartitionActor {
     load: Arc<LoadObserver>,
     queued: append::AppendQueue,
     flush_scheduled: bool,
-    /// A group commit is running on the writer thread.
+    /// A group commit is at the volume's committer.
     committing: bool,
     draining: bool,
     /// Told when a drain finished: nothing queued, nothing committing.
     drained: Vec<oneshot::Sender<()>>,
     timers: Vec<SpawnHandle>,
     last_activity: Instant,
+    /// A [`RunRetention`] is running.
+    retention_running: Rc<Cell<bool>>,
     stats: PartitionStats,
 }
 
 impl PartitionActor {
     /// Starts the actor of the partition `store` opened, on the current arbiter, under a
     /// supervisor.
-    pub(crate) fn start(setup: PartitionSetup, store: LogStore) -> actix::Addr<Self> {
-        let store = Arc::new(store);
+    pub(crate) fn start(setup: PartitionSetup, store: Arc<LogStore>) -> actix::Addr<Self> {
         setup.usage.touch();
+        setup.alive.fetch_add(1, Ordering::SeqCst);
         actix::Supervisor::start(move |ctx: &mut Context<Self>| {
             // Producers wait for their answers, so this bounds memory, not throughput.
             ctx.set_mailbox_capacity(1024);
@@ -225,6 +232,7 @@ impl PartitionActor {
                 drained: Vec::new(),
                 timers: Vec::new(),
                 last_activity: Instant::now(),
+                retention_running: Rc::default(),
                 stats: PartitionStats::default(),
             }
         })
@@ -324,6 +332,12 @@ impl PartitionActor {
         });
         // Not asked again until the registry answers with `Drain` (or more work arrives).
         self.last_activity = Instant::now();
+    }
+}
+
+impl Drop for PartitionActor {
+    fn drop(&mut self) {
+        self.setup.alive.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

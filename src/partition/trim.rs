@@ -29,13 +29,22 @@ impl Handler<RunRetention> for PartitionActor {
     type Result = ResponseFuture<()>;
 
     fn handle(&mut self, _: RunRetention, ctx: &mut Context<Self>) -> Self::Result {
+        // One run at a time: runs that queue up behind a slow one would keep the partition busy
+        // (and the workers occupied) for nothing.
+        if self.retention_running.get() {
+            return Box::pin(async {});
+        }
         // The timer's work is not the activity that keeps a partition from idling.
         let last_activity = self.last_activity;
         let trimmed = self.on_worker(ctx, |store| async move { Ok(store.trim().await?) });
         self.last_activity = last_activity;
         let id = self.setup.id.clone();
+        let running = self.retention_running.clone();
+        running.set(true);
         Box::pin(async move {
-            match trimmed.await {
+            let trimmed = trimmed.await;
+            running.set(false);
+            match trimmed {
                 Ok(0) => {}
                 Ok(removed) => log::debug!("partition {id}: retention removed {removed} records"),
                 Err(err) => log::warn!("partition {id}: retention failed, will retry: {err}"),

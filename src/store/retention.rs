@@ -119,7 +119,9 @@ impl LogStore {
             .map(|age| self.now_ms().saturating_sub(age as i64));
         let mut removed = 0;
         // Trims find the oldest records through the index: index what is recent first.
-        self.volume.shared().index()?;
+        if self.volume.shared().oldest_recent(self.key).is_some() {
+            self.volume.shared().index()?;
+        }
         loop {
             let tail = self.tail();
             let pass = self.snapshot(|tx| {

@@ -333,7 +333,7 @@ impl TestServer {
 }
 
 /// Sends one request on a fresh connection and reads the whole answer.
-fn http_exchange(addr: std::net::SocketAddr, request: &str) -> (u16, serde_json::Value) {
+pub fn http_exchange(addr: std::net::SocketAddr, request: &str) -> (u16, serde_json::Value) {
     use std::io::{Read, Write};
     let mut stream = std::net::TcpStream::connect(addr).expect("connect to the test server");
     stream
