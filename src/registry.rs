@@ -212,7 +212,12 @@ pub(crate) struct PartitionRegistry {
     /// Partitions draining, and who waits to open them again.
     closing: HashMap<PartitionId, Vec<oneshot::Sender<()>>>,
     generations: u64,
+    /// When [`PartitionRegistry::return_memory`] last ran.
+    memory_returned: std::time::Instant,
 }
+
+/// Least time between two returns of freed memory to the operating system.
+const RETURN_MEMORY_EVERY: Duration = Duration::from_secs(1);
 
 struct Running {
     addr: Addr<PartitionActor>,
@@ -267,6 +272,7 @@ impl PartitionRegistry {
             running: HashMap::new(),
             closing: HashMap::new(),
             generations: 0,
+            memory_returned: std::time::Instant::now(),
         }
     }
 
@@ -396,9 +402,25 @@ impl PartitionRegistry {
                     let _ = waiter.send(());
                 }
                 registry.signals.release_unused();
+                registry.return_memory();
                 log::debug!("partition {id} closed");
             }),
         );
+    }
+
+    /// Hands the memory that closed partitions freed back to the operating system, at most once
+    /// a second: the allocator keeps freed memory for reuse otherwise, and the process would
+    /// stay at its peak after a burst of partitions went idle.
+    fn return_memory(&mut self) {
+        if self.memory_returned.elapsed() < RETURN_MEMORY_EVERY {
+            return;
+        }
+        self.memory_returned = std::time::Instant::now();
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
 
     /// Opens `id` (if it is not open) and runs its retention.
