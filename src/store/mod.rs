@@ -19,7 +19,6 @@ mod segment;
 mod volume;
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::Transaction;
@@ -157,7 +156,7 @@ pub struct LogStore {
     /// under a new epoch, and this store refuses writes until it is reopened.
     epoch: u64,
     /// Set while a trim runs, so two trims never flush the same records.
-    trimming: AtomicBool,
+    trimming: tokio::sync::Mutex<()>,
     /// Recently read cold segments, so paging through one segment fetches it once.
     segment_cache: read::SegmentCache,
 }
@@ -204,7 +203,7 @@ impl LogStore {
                 tail: Mutex::new(tail),
             }),
             epoch: shared.epoch(),
-            trimming: AtomicBool::new(false),
+            trimming: tokio::sync::Mutex::new(()),
             segment_cache: read::SegmentCache::default(),
         }))
     }

@@ -8,7 +8,7 @@
 //! and a retried pass finds the identical object already stored and accepts it.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Transaction, params};
 
@@ -89,8 +89,9 @@ struct Pass {
 impl LogStore {
     /// Enforces retention now: removes the oldest hot records that break a limit, in passes of
     /// at most `max_batch_size`, flushing each pass to the cold tier (when there is one) before
-    /// deleting it. Returns how many records left the hot window. Returns 0 without work when
-    /// no limit is set or another trim is running.
+    /// deleting it. Returns how many records left the hot window (0 without work when no limit
+    /// is set). A trim already running is waited for first, so that when this one answers the
+    /// hot window is within its limits, whoever trimmed it.
     ///
     /// Blocks the calling thread for SQLite work; awaits cold-store I/O.
     ///
@@ -99,17 +100,11 @@ impl LogStore {
     /// failed pass removes nothing. A storage failure.
     pub async fn trim(&self) -> Result<u64, StoreError> {
         let retention = self.options.retention;
-        if retention.is_unlimited() || self.trimming.swap(true, Ordering::SeqCst) {
+        if retention.is_unlimited() {
             return Ok(0);
         }
-        // Cleared however this future ends: finished, failed, panicked or dropped mid-flush.
-        struct Running<'a>(&'a AtomicBool);
-        impl Drop for Running<'_> {
-            fn drop(&mut self) {
-                self.0.store(false, Ordering::SeqCst);
-            }
-        }
-        let _running = Running(&self.trimming);
+        // Released however this future ends: finished, failed, panicked or dropped mid-flush.
+        let _one_at_a_time = self.trimming.lock().await;
         self.trim_passes(retention).await
     }
 
