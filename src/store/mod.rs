@@ -188,12 +188,10 @@ impl LogStore {
         options: StoreOptions,
         create: bool,
     ) -> Result<Option<Self>, StoreError> {
-        let shared = volume.shared();
-        shared.recover()?;
-        let Some(key) = shared.partition_key(topic, partition, create)? else {
+        let Some((key, tail, epoch)) = volume.shared().open_partition(topic, partition, create)?
+        else {
             return Ok(None);
         };
-        let tail = shared.load_tail(key)?;
         Ok(Some(Self {
             volume: volume.clone(),
             key,
@@ -202,7 +200,7 @@ impl LogStore {
                 key,
                 tail: Mutex::new(tail),
             }),
-            epoch: shared.epoch(),
+            epoch,
             trimming: tokio::sync::Mutex::new(()),
             segment_cache: read::SegmentCache::default(),
         }))

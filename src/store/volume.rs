@@ -353,54 +353,48 @@ impl Shared {
         result
     }
 
-    /// Adds a partition (or finds it) and returns its key. Not synced on its own: the
-    /// partition's first durable write syncs it (the WAL is written in order), and a partition
-    /// that never got one may as well be forgotten by a crash.
-    pub(super) fn partition_key(
+    /// Finds a partition (adding it if `create`) and loads where its log ends, under one hold
+    /// of the writer lock: an open waits for at most one commit. Recovers a poisoned volume
+    /// first. Answers the partition's key, its log end, and the epoch it was opened under.
+    ///
+    /// Adding a partition is not synced on its own: the partition's first durable write syncs
+    /// it (the WAL is written in order), and a partition that never got one may as well be
+    /// forgotten by a crash.
+    pub(super) fn open_partition(
         &self,
         topic: &str,
         partition: u32,
         create: bool,
-    ) -> Result<Option<i64>, StoreError> {
+    ) -> Result<Option<(i64, Tail, u64)>, StoreError> {
         let mut writer = lock(&self.writer);
-        let find = |conn: &Connection| -> Result<Option<i64>, StoreError> {
-            Ok(conn
-                .prepare_cached("SELECT id FROM partitions WHERE topic = ?1 AND partition = ?2")?
-                .query_row(params![topic, partition], |row| row.get(0))
-                .optional()?)
+        if self.poisoned.load(Ordering::SeqCst) {
+            self.recover(&mut writer)?;
+        }
+        let found: Option<i64> = writer
+            .conn
+            .prepare_cached("SELECT id FROM partitions WHERE topic = ?1 AND partition = ?2")?
+            .query_row(params![topic, partition], |row| row.get(0))
+            .optional()?;
+        let key = match found {
+            Some(key) => key,
+            None if create => self.unsynced(&mut writer.conn, |tx| {
+                tx.prepare_cached("INSERT INTO partitions (topic, partition) VALUES (?1, ?2)")?
+                    .execute(params![topic, partition])?;
+                Ok(tx.last_insert_rowid())
+            })?,
+            None => return Ok(None),
         };
-        if let Some(key) = find(&writer.conn)? {
-            return Ok(Some(key));
-        }
-        if !create {
-            return Ok(None);
-        }
-        let conn = &mut writer.conn;
-        conn.pragma_update(None, "synchronous", "OFF")?;
-        let inserted = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            tx.prepare_cached("INSERT INTO partitions (topic, partition) VALUES (?1, ?2)")?
-                .execute(params![topic, partition])?;
-            let key = tx.last_insert_rowid();
-            tx.commit()?;
-            Ok::<_, StoreError>(key)
-        })();
-        conn.pragma_update(None, "synchronous", self.sync.pragma())?;
-        Ok(Some(inserted?))
+        let tail = self.load_tail(&writer.conn, key)?;
+        Ok(Some((key, tail, self.epoch())))
     }
 
     /// Where a partition's log ends, from its newest record (indexed or recent) or else its
-    /// `partitions` row.
-    pub(super) fn load_tail(&self, key: i64) -> Result<Tail, StoreError> {
-        let writer = lock(&self.writer);
-        let conn = &writer.conn;
+    /// `partitions` row. Called under the writer lock, so no index pass moves records meanwhile.
+    fn load_tail(&self, conn: &Connection, key: i64) -> Result<Tail, StoreError> {
         let (mut next_offset, mut end_bytes): (u64, u64) = conn
             .prepare_cached("SELECT next_offset, end_bytes FROM partitions WHERE id = ?1")?
             .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))?;
-        let newest_recent = lock(&self.recent)
-            .get(&key)
-            .and_then(|recent| recent.rows.back().copied());
-        let newest: Option<(u64, u64)> = match newest_recent {
+        let newest: Option<(u64, u64)> = match self.newest_recent(key) {
             Some((offset, seq)) => conn
                 .prepare_cached("SELECT end_bytes FROM records WHERE seq = ?1")?
                 .query_row([seq], |row| Ok((offset, row.get(0)?)))
@@ -424,6 +418,24 @@ impl Shared {
         })
     }
 
+    /// Runs `work` in one transaction that is not synced on its own (the next durable commit
+    /// syncs it, the WAL being written in order): for what can be rebuilt or may be forgotten.
+    fn unsynced<T>(
+        &self,
+        conn: &mut Connection,
+        work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        conn.pragma_update(None, "synchronous", "OFF")?;
+        let result = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = work(&tx)?;
+            tx.commit()?;
+            Ok(value)
+        })();
+        conn.pragma_update(None, "synchronous", self.sync.pragma())?;
+        result
+    }
+
     /// Up to `limit` recent `(offset, seq)` of a partition from `from` on, in offset order.
     pub(super) fn recent_from(&self, key: i64, from: u64, limit: usize) -> Vec<(u64, i64)> {
         let recent = lock(&self.recent);
@@ -441,6 +453,13 @@ impl Shared {
             .and_then(|recent| recent.rows.front().copied())
     }
 
+    /// The newest recent record of a partition: `(offset, seq)`.
+    fn newest_recent(&self, key: i64) -> Option<(u64, i64)> {
+        lock(&self.recent)
+            .get(&key)
+            .and_then(|recent| recent.rows.back().copied())
+    }
+
     /// Indexes every record committed since the last index pass, then forgets them from the
     /// in-memory index. Not synced on its own: the indexes can be rebuilt from the records, and
     /// the next durable commit syncs them.
@@ -454,10 +473,7 @@ impl Shared {
         if last <= through {
             return Ok(());
         }
-        let conn = &mut writer.conn;
-        conn.pragma_update(None, "synchronous", "OFF")?;
-        let result = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let result = self.unsynced(&mut writer.conn, |tx| {
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO record_index (partition, offset, seq)
                  SELECT partition, offset, seq FROM records WHERE seq > ?1 AND seq <= ?2",
@@ -471,10 +487,8 @@ impl Shared {
             .execute([through, last])?;
             tx.prepare_cached("UPDATE indexed SET through_seq = ?1 WHERE id = 1")?
                 .execute([last])?;
-            tx.commit()?;
-            Ok::<_, StoreError>(())
-        })();
-        conn.pragma_update(None, "synchronous", self.sync.pragma())?;
+            Ok(())
+        });
         if let Err(err) = result {
             self.poison(&err);
             return Err(err);
@@ -495,17 +509,13 @@ impl Shared {
     /// Clears a poisoned volume: reopens the writer connection (SQLite rolls back whatever the
     /// failed transaction left), reindexes, and starts a new epoch. Stores opened before keep
     /// refusing writes; reopening them loads their log's end anew.
-    pub(super) fn recover(&self) -> Result<(), StoreError> {
-        let mut writer = lock(&self.writer);
-        if !self.poisoned.load(Ordering::SeqCst) {
-            return Ok(());
-        }
+    fn recover(&self, writer: &mut Writer) -> Result<(), StoreError> {
         writer.conn = open_writer(&self.path, self.sync)?;
         writer.load_positions()?;
         lock(&self.recent).clear();
         // The in-memory index starts empty: index everything the reopened file holds.
         self.poisoned.store(false, Ordering::SeqCst);
-        self.index_locked(&mut writer)?;
+        self.index_locked(writer)?;
         self.epoch.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
