@@ -9,6 +9,7 @@
 //! commits. Every method blocks on SQLite; call it from a thread that may block.
 
 mod append;
+mod commit_queue;
 mod cursors;
 mod error;
 mod leases;

@@ -6,7 +6,8 @@
 //! small pool of read-only connections that open on demand and close when idle.
 //!
 //! Appends of every partition of the volume that arrive while a commit runs are committed
-//! together in the next transaction: one fsync for all of them. Records are laid out in commit
+//! together in the next transaction: one fsync for all of them. Before it starts, the committer
+//! waits briefly for the producers it just answered (see [`CommitQueue`]). Records are laid out in commit
 //! order, and the lookups by offset and by deduplication key are written afterwards by the
 //! indexer (when the committer has nothing to do, or every [`INDEX_EVERY_ROWS`] records), so a
 //! commit dirties a run of record pages and no page per partition. Records committed since the
@@ -16,9 +17,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{
@@ -26,6 +26,7 @@ use rusqlite::{
 };
 
 use super::append::{AppendOutcome, AppendRejection, NewRecord};
+use super::commit_queue::{CommitQueue, Next};
 use super::{StoreError, SyncMode, schema};
 use crate::clock::Clock;
 
@@ -119,6 +120,7 @@ pub(super) struct Shared {
     writer: Mutex<Writer>,
     readers: r2d2::Pool<SqliteConnectionManager>,
     recent: Mutex<HashMap<i64, Recent>>,
+    queue: CommitQueue,
     /// Set when a write failed with an unknown outcome: from then on writes are refused until
     /// [`Volume::recover`] reopens the writer.
     poisoned: AtomicBool,
@@ -130,7 +132,12 @@ pub(super) struct Shared {
 /// One SQLite database of many partitions. See the module docs.
 pub struct Volume {
     shared: Arc<Shared>,
-    committer: mpsc::Sender<AppendRequest>,
+}
+
+impl Drop for Volume {
+    fn drop(&mut self) {
+        self.shared.queue.close();
+    }
 }
 
 impl std::fmt::Debug for Volume {
@@ -210,12 +217,12 @@ impl Volume {
             writer: Mutex::new(writer),
             readers,
             recent: Mutex::default(),
+            queue: CommitQueue::default(),
             poisoned: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             faults: Default::default(),
         });
         shared.index()?;
-        let (committer, requests) = mpsc::channel();
         let name = format!(
             "durability-commit-{}",
             shared
@@ -226,9 +233,9 @@ impl Volume {
         let thread_shared = shared.clone();
         std::thread::Builder::new()
             .name(name)
-            .spawn(move || thread_shared.run_committer(requests))
+            .spawn(move || thread_shared.run_committer())
             .map_err(StoreError::Thread)?;
-        Ok(Arc::new(Self { shared, committer }))
+        Ok(Arc::new(Self { shared }))
     }
 
     /// The database file.
@@ -253,7 +260,7 @@ impl Volume {
 
     /// Queues a group-commit share; the reply comes from the committer thread.
     pub(super) fn submit(&self, request: AppendRequest) {
-        if let Err(mpsc::SendError(request)) = self.committer.send(request) {
+        if let Err(request) = self.shared.queue.push(request) {
             (request.reply)(Err(StoreError::Poisoned));
         }
     }
@@ -522,20 +529,25 @@ impl Shared {
 
     /// The committer thread: takes every queued share, commits them in one transaction, answers
     /// each, and indexes when idle or when enough records wait.
-    fn run_committer(self: Arc<Self>, requests: mpsc::Receiver<AppendRequest>) {
+    fn run_committer(self: Arc<Self>) {
+        let (mut expected, mut last_commit) = (0, Duration::ZERO);
         loop {
-            let first = match requests.recv_timeout(INDEX_WHEN_IDLE) {
-                Ok(first) => first,
-                Err(mpsc::RecvTimeoutError::Timeout) => {
+            let group = match self
+                .queue
+                .next_group(INDEX_WHEN_IDLE, expected, last_commit / 2)
+            {
+                Next::Group(group) => group,
+                Next::Idle => {
                     let _ = self.index();
                     continue;
                 }
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Next::Closed => break,
             };
-            let mut group = vec![first];
-            group.extend(requests.try_iter());
+            expected = group.iter().map(|share| share.batches.len()).sum();
             let mut writer = lock(&self.writer);
+            let started = Instant::now();
             self.commit_group(&mut writer, group);
+            last_commit = started.elapsed();
             if (writer.last_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS {
                 let _ = self.index_locked(&mut writer);
             }
@@ -567,6 +579,7 @@ impl Shared {
                     let staged = staged.entry(key).or_insert_with(|| Staged {
                         partition: request.partition.clone(),
                         tail: request.partition.get(),
+                        pending: 0,
                         rows: Vec::new(),
                         keys: HashMap::new(),
                     });
@@ -590,6 +603,12 @@ impl Shared {
                     }
                     outcomes.push(answers);
                 }
+            }
+            // Inside the transaction: one read of the cursors per partition, under no lock of
+            // its own (cursors move only under the writer lock, which the committer holds).
+            for staged in staged.values_mut() {
+                staged.pending =
+                    pending_deliveries(&tx, staged.partition.key, staged.tail.next_offset)?;
             }
             self.injected_fault(Fault::BeforeCommit)?;
             tx.commit()?;
@@ -615,10 +634,7 @@ impl Shared {
                     *lock(&staged.partition.tail) = staged.tail;
                 }
                 for (request, outcomes) in group.into_iter().zip(outcomes) {
-                    let next_offset = staged[&request.partition.key].tail.next_offset;
-                    let pending =
-                        pending_deliveries(&writer.conn, request.partition.key, next_offset)
-                            .unwrap_or(0);
+                    let pending = staged[&request.partition.key].pending;
                     (request.reply)(Ok((outcomes, pending)));
                 }
             }
@@ -709,6 +725,8 @@ impl Shared {
 struct Staged {
     partition: Arc<PartitionTail>,
     tail: Tail,
+    /// The partition's backlog after the commit (see [`pending_deliveries`]).
+    pending: u64,
     rows: Vec<(u64, i64)>,
     keys: HashMap<String, (u64, i64)>,
 }
