@@ -79,6 +79,7 @@ pub mod error;
 pub mod http;
 pub mod load;
 pub mod log;
+pub(crate) mod memory;
 pub mod metrics;
 pub mod names;
 pub mod partition;

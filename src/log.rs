@@ -6,13 +6,12 @@
 //! actix `System` (`#[actix::main]` / `#[actix_web::main]`).
 
 use std::collections::BTreeMap;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use actix::{Actor, Addr, AsyncContext, MailboxError, Message, WeakAddr};
+use actix::{Actor, Addr, AsyncContext, MailboxError, Message};
 
 use crate::clock::{Clock, SystemClock};
 use crate::cold::ColdStore;
@@ -22,8 +21,8 @@ use crate::load::{LoadObserver, LoadSnapshot};
 use crate::names::{PartitionId, validate_group};
 use crate::partition::{self, Appended, DeadLetter, PartitionActor, PartitionStats};
 use crate::registry::{
-    DeadLetterFor, Locate, OpenStores, PartitionCounters, PartitionRegistry, RegistryParts,
-    RunningPartitions, Shutdown, Signals, Volumes, WrittenTopics,
+    Addresses, DeadLetterFor, Locate, OpenStores, PartitionCounters, PartitionRegistry,
+    RegistryParts, RunningPartitions, Shutdown, Signals, Volumes,
 };
 use crate::routing::partition_for;
 use crate::store::{
@@ -116,12 +115,13 @@ impl LogBuilder {
                 reason: err.to_string(),
             })?,
         };
-        let volumes = Volumes::open(&config)?;
+        let volumes = Arc::new(Volumes::open(&config)?);
         let clock = self.clock;
         let custom = self.dead_letter;
         let signals = Arc::new(Signals::default());
         let flush_counters = Arc::new(ColdFlushCounters::default());
         let counters = Arc::new(PartitionCounters::default());
+        let addresses = Arc::new(Addresses::default());
         // The registry's dead-letter sinks append through a `Log` on the registry's own address.
         let registry = PartitionRegistry::create(|ctx| {
             let log = Log {
@@ -132,7 +132,8 @@ impl LogBuilder {
                     signals: signals.clone(),
                     flush_counters: flush_counters.clone(),
                     counters: counters.clone(),
-                    addresses: Default::default(),
+                    volumes: volumes.clone(),
+                    addresses: addresses.clone(),
                 }),
             };
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
@@ -149,13 +150,14 @@ impl LogBuilder {
             });
             PartitionRegistry::new(RegistryParts {
                 config: config.clone(),
-                volumes,
+                volumes: volumes.clone(),
                 cold,
                 clock: clock.clone(),
                 dead_letter_for,
                 signals: signals.clone(),
                 flush_counters: flush_counters.clone(),
                 counters: counters.clone(),
+                addresses: addresses.clone(),
             })
         });
         Ok(Log {
@@ -166,7 +168,8 @@ impl LogBuilder {
                 signals,
                 flush_counters,
                 counters,
-                addresses: Default::default(),
+                volumes,
+                addresses,
             }),
         })
     }
@@ -185,47 +188,11 @@ struct Inner {
     signals: Arc<Signals>,
     flush_counters: Arc<ColdFlushCounters>,
     counters: Arc<PartitionCounters>,
+    /// The log's volumes, for what asks all of them (the topic list).
+    volumes: Arc<Volumes>,
     /// Partitions' actors as last located, so a call goes straight to the partition instead
-    /// of asking the registry first (a round trip to its thread). Weak: a closed partition's
-    /// actor is dropped although its address is remembered here. An address whose partition
-    /// has stopped answers so (or is gone) and is located anew.
-    addresses: std::sync::RwLock<AddressCache>,
-}
-
-/// [`Inner::addresses`]: weak addresses, swept of dead ones as the map grows.
-#[derive(Default)]
-struct AddressCache {
-    addresses: HashMap<PartitionId, WeakAddr<PartitionActor>>,
-    /// Size at which the next insert sweeps out dead addresses.
-    sweep_at: usize,
-}
-
-impl AddressCache {
-    /// Fewest entries before a sweep.
-    const MIN_SWEEP: usize = 1_024;
-
-    fn get(&self, id: &PartitionId) -> Option<Addr<PartitionActor>> {
-        self.addresses.get(id)?.upgrade().filter(Addr::connected)
-    }
-
-    fn insert(&mut self, id: PartitionId, addr: &Addr<PartitionActor>) {
-        self.addresses.insert(id, addr.downgrade());
-        if self.addresses.len() >= self.sweep_at {
-            self.addresses.retain(|_, addr| addr.upgrade().is_some());
-            self.addresses.shrink_to_fit();
-            self.sweep_at = (self.addresses.len() * 2).max(Self::MIN_SWEEP);
-        }
-    }
-
-    fn forget(&mut self, id: &PartitionId, stopped: &Addr<PartitionActor>) {
-        if self
-            .get(id)
-            .as_ref()
-            .is_none_or(|current| current == stopped)
-        {
-            self.addresses.remove(id);
-        }
-    }
+    /// of asking the registry first (a round trip to its thread).
+    addresses: Arc<Addresses>,
 }
 
 impl std::fmt::Debug for Log {
@@ -293,12 +260,7 @@ impl Log {
         id: &PartitionId,
         create: bool,
     ) -> Result<Option<Addr<PartitionActor>>, Error> {
-        let addresses = &self.inner.addresses;
-        let cached = addresses
-            .read()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .get(id);
-        if let Some(partition) = cached {
+        if let Some(partition) = self.inner.addresses.get(id) {
             return Ok(Some(partition));
         }
         let located = self
@@ -310,10 +272,7 @@ impl Log {
             })
             .await??;
         if let Some(partition) = &located {
-            addresses
-                .write()
-                .unwrap_or_else(|poison| poison.into_inner())
-                .insert(id.clone(), partition);
+            self.inner.addresses.insert(id.clone(), partition);
         }
         Ok(located)
     }
@@ -321,11 +280,7 @@ impl Log {
     /// Drops the address of a partition that answered it has stopped (unless another caller
     /// already replaced it).
     fn forget(&self, id: &PartitionId, stopped: &Addr<PartitionActor>) {
-        self.inner
-            .addresses
-            .write()
-            .unwrap_or_else(|poison| poison.into_inner())
-            .forget(id, stopped);
+        self.inner.addresses.forget(id, stopped);
     }
 
     /// Sends `message` to the partition's actor (starting it when it has a database, or when
@@ -865,7 +820,13 @@ impl Log {
     /// # Errors
     /// `unavailable`.
     pub async fn topics(&self) -> Result<Vec<TopicInfo>, Error> {
-        let names = self.inner.registry.send(WrittenTopics).await?;
+        let volumes = self.inner.volumes.clone();
+        let names = actix_web::rt::task::spawn_blocking(move || volumes.topics())
+            .await
+            .map_err(|err| Error::Unavailable {
+                partition: "*".into(),
+                reason: format!("listing the topics failed: {err}"),
+            })??;
         Ok(names
             .into_iter()
             .map(|name| TopicInfo {

@@ -1,7 +1,8 @@
 //! `PartitionRegistry`: the supervisor that maps `{topic}:{partition}` to its running actor.
 //!
-//! Partitions live in a fixed set of [`Volume`]s under `storage.data_dir`; the registry knows
-//! which volume holds each (its catalog, read at start). Only a write adds a partition; a read
+//! Partitions live in a fixed set of [`Volume`]s under `storage.data_dir`; each volume's
+//! `partitions` table says which it holds, and nothing in memory grows with the partitions
+//! that are not open. Only a write adds a partition; a read
 //! of a partition never written answers `None` and creates nothing. A known partition is
 //! opened on its first message, and woken once after the registry starts so that its retention
 //! runs. At most `partitions.max_open` are open: opening one more first closes the least
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, AtomicResponse, Context, Handler, Message,
-    ResponseActFuture, WrapFuture,
+    ResponseActFuture, WeakAddr, WrapFuture,
 };
 use tokio::sync::oneshot;
 
@@ -30,7 +31,7 @@ use crate::names::{PartitionId, validate_topic};
 use crate::partition::{
     DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, RunRetention, Usage, Workers,
 };
-use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreOptions, Volume};
+use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreError, StoreOptions, Volume};
 
 /// Wake-ups for readers waiting for new records: one per partition and one per topic.
 #[derive(Debug, Default)]
@@ -57,6 +58,7 @@ impl Signals {
     fn release_unused(&self) {
         let mut signals = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
         signals.retain(|_, signal| Arc::strong_count(signal) > 1);
+        signals.shrink_to_fit();
     }
 }
 
@@ -103,23 +105,83 @@ impl PartitionCounters {
     }
 }
 
-/// The volumes of a data folder and which one holds each partition.
+/// Partitions' actors as last located, shared by the registry and every [`Log`](crate::Log)
+/// handle so a call goes straight to its partition. Weak: a closed partition's actor is
+/// dropped although its address may be remembered for a moment. The registry forgets a
+/// partition's address when it closes it; an address found stopped (or gone) is located anew.
+#[derive(Default)]
+pub(crate) struct Addresses(std::sync::RwLock<AddressMap>);
+
+#[derive(Default)]
+struct AddressMap {
+    addresses: HashMap<PartitionId, WeakAddr<PartitionActor>>,
+    /// Size at which the next insert sweeps out dead addresses (left by a close that raced
+    /// with a caller's insert).
+    sweep_at: usize,
+}
+
+impl Addresses {
+    /// Fewest entries before a sweep.
+    const MIN_SWEEP: usize = 1_024;
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, AddressMap> {
+        self.0.read().unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, AddressMap> {
+        self.0.write().unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    /// The running actor of `id`, if one is remembered.
+    pub fn get(&self, id: &PartitionId) -> Option<Addr<PartitionActor>> {
+        self.read()
+            .addresses
+            .get(id)?
+            .upgrade()
+            .filter(Addr::connected)
+    }
+
+    pub fn insert(&self, id: PartitionId, addr: &Addr<PartitionActor>) {
+        let mut map = self.write();
+        map.addresses.insert(id, addr.downgrade());
+        if map.addresses.len() >= map.sweep_at {
+            map.addresses.retain(|_, addr| addr.upgrade().is_some());
+            map.addresses.shrink_to_fit();
+            map.sweep_at = (map.addresses.len() * 2).max(Self::MIN_SWEEP);
+        }
+    }
+
+    /// Forgets `id`'s address if it is `stopped` (or dead), not a newer actor's.
+    pub fn forget(&self, id: &PartitionId, stopped: &Addr<PartitionActor>) {
+        let mut map = self.write();
+        let current = map.addresses.get(id).and_then(WeakAddr::upgrade);
+        if current.is_none_or(|current| current == *stopped) {
+            map.addresses.remove(id);
+        }
+    }
+
+    /// Gives back the room of forgotten addresses once most are gone.
+    fn shrink(&self) {
+        let mut map = self.write();
+        if map.addresses.capacity() > (map.addresses.len() * 4).max(Self::MIN_SWEEP) {
+            map.addresses.shrink_to_fit();
+        }
+    }
+}
+
+/// The volumes of a data folder. Which one holds a partition is asked of the volumes
+/// themselves (their `partitions` tables), so nothing here grows with the partition count.
 pub(crate) struct Volumes {
     volumes: Vec<Arc<Volume>>,
-    catalog: HashMap<PartitionId, usize>,
     /// Volumes that new partitions are spread over (`storage.volumes`).
     spread: usize,
 }
 
 impl Volumes {
-    /// Opens every volume of `config`'s data folder (at least `storage.volumes`) and reads
-    /// their catalogs. Refuses a folder of the earlier one-database-per-partition layout.
+    /// Opens every volume of `config`'s data folder (at least `storage.volumes`). Refuses a
+    /// folder of the earlier one-database-per-partition layout.
     pub fn open(config: &Config) -> Result<Self, Error> {
         let dir = &config.storage.data_dir;
-        let unavailable = |reason: String| Error::Unavailable {
-            partition: "*".into(),
-            reason,
-        };
         if let Some(old) = earlier_layout_file(dir) {
             return Err(unavailable(format!(
                 "{} holds a partition database of the earlier one-file-per-partition layout \
@@ -133,38 +195,80 @@ impl Volumes {
         while dir.join(volume_file(count)).exists() {
             count += 1;
         }
-        let mut volumes = Vec::with_capacity(count);
-        let mut catalog = HashMap::new();
-        for index in 0..count {
-            let path = dir.join(volume_file(index));
-            let volume = Volume::open(&path, config.storage.sync)
-                .map_err(|err| unavailable(format!("cannot open {}: {err}", path.display())))?;
-            let partitions = volume
-                .partitions()
-                .map_err(|err| unavailable(format!("cannot read {}: {err}", path.display())))?;
-            for (_, topic, partition) in partitions {
-                if let Ok(id) = PartitionId::new(&topic, partition) {
-                    catalog.insert(id, index);
-                }
-            }
-            volumes.push(volume);
-        }
+        let volumes = (0..count)
+            .map(|index| {
+                let path = dir.join(volume_file(index));
+                Volume::open(&path, config.storage.sync)
+                    .map_err(|err| unavailable(format!("cannot open {}: {err}", path.display())))
+            })
+            .collect::<Result<_, _>>()?;
         Ok(Self {
             volumes,
-            catalog,
             spread: config.storage.volumes,
         })
     }
 
-    /// The volume holding `id`, or where a new `id` goes.
-    fn volume_of(&self, id: &PartitionId) -> (usize, bool) {
-        match self.catalog.get(id) {
-            Some(&index) => (index, true),
-            None => {
-                let hash = crate::routing::fnv1a_utf16(&id.to_string()) as usize;
-                (hash % self.spread, false)
+    /// Opens `id`'s store in the volume that holds it or, if `create` and none does, adds it
+    /// to the volume its name is spread to.
+    fn open_store(
+        &self,
+        id: &PartitionId,
+        options: &StoreOptions,
+        create: bool,
+    ) -> Result<Option<(Arc<Volume>, LogStore)>, StoreError> {
+        let home = crate::routing::fnv1a_utf16(&id.to_string()) as usize % self.spread;
+        let others = self
+            .volumes
+            .iter()
+            .enumerate()
+            .filter(|&(index, _)| index != home);
+        for (_, volume) in others {
+            let found = LogStore::open_in(volume, id.topic(), id.index(), options.clone(), false)?;
+            if let Some(store) = found {
+                return Ok(Some((volume.clone(), store)));
             }
         }
+        let volume = &self.volumes[home];
+        let store = LogStore::open_in(volume, id.topic(), id.index(), options.clone(), create)?;
+        Ok(store.map(|store| (volume.clone(), store)))
+    }
+
+    /// Every stored partition.
+    fn partitions(&self) -> Result<Vec<PartitionId>, StoreError> {
+        let mut found = Vec::new();
+        for volume in &self.volumes {
+            let partitions = volume.partitions()?.into_iter();
+            found.extend(
+                partitions.filter_map(|(_, topic, index)| PartitionId::new(&topic, index).ok()),
+            );
+        }
+        Ok(found)
+    }
+
+    /// The topics with at least one stored partition, by name.
+    pub fn topics(&self) -> Result<Vec<String>, StoreError> {
+        let mut topics = Vec::new();
+        for volume in &self.volumes {
+            topics.extend(volume.topics()?);
+        }
+        topics.sort();
+        topics.dedup();
+        Ok(topics)
+    }
+}
+
+/// An error of the whole log (no one partition).
+fn unavailable(reason: String) -> Error {
+    Error::Unavailable {
+        partition: "*".into(),
+        reason,
+    }
+}
+
+/// Gives back a map's room once most of its entries are gone.
+fn shrink_map<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
+    if map.capacity() > (map.len() * 4).max(1_024) {
+        map.shrink_to_fit();
     }
 }
 
@@ -205,15 +309,18 @@ pub(crate) struct PartitionRegistry {
     /// Every partition's store counts its cold flushes here.
     flush_counters: Arc<ColdFlushCounters>,
     counters: Arc<PartitionCounters>,
-    volumes: Volumes,
+    volumes: Arc<Volumes>,
+    addresses: Arc<Addresses>,
     workers: Workers,
     max_open: usize,
     running: HashMap<PartitionId, Running>,
     /// Partitions draining, and who waits to open them again.
     closing: HashMap<PartitionId, Vec<oneshot::Sender<()>>>,
     generations: u64,
-    /// When [`PartitionRegistry::return_memory`] last ran.
+    /// When [`PartitionRegistry::return_memory`] last returned memory.
     memory_returned: std::time::Instant,
+    /// Whether a return of memory is scheduled.
+    memory_return_due: bool,
 }
 
 /// Least time between two returns of freed memory to the operating system.
@@ -230,13 +337,14 @@ struct Running {
 /// What the registry is built from (see [`PartitionRegistry::new`]).
 pub(crate) struct RegistryParts {
     pub config: Arc<Config>,
-    pub volumes: Volumes,
+    pub volumes: Arc<Volumes>,
     pub cold: Option<Arc<dyn ColdStore>>,
     pub clock: Arc<dyn Clock>,
     pub dead_letter_for: DeadLetterFor,
     pub signals: Arc<Signals>,
     pub flush_counters: Arc<ColdFlushCounters>,
     pub counters: Arc<PartitionCounters>,
+    pub addresses: Arc<Addresses>,
 }
 
 impl PartitionRegistry {
@@ -251,11 +359,11 @@ impl PartitionRegistry {
             signals,
             flush_counters,
             counters,
+            addresses,
         } = parts;
         let max_open = config.partitions.max_open();
         log::info!(
-            "partitions: {} known in {} volumes, at most {max_open} open at once",
-            volumes.catalog.len(),
+            "partitions: {} volumes, at most {max_open} open at once",
             volumes.volumes.len()
         );
         Self {
@@ -265,6 +373,7 @@ impl PartitionRegistry {
             flush_counters,
             counters,
             volumes,
+            addresses,
             config,
             cold,
             clock,
@@ -273,6 +382,7 @@ impl PartitionRegistry {
             closing: HashMap::new(),
             generations: 0,
             memory_returned: std::time::Instant::now(),
+            memory_return_due: false,
         }
     }
 
@@ -308,27 +418,33 @@ impl PartitionRegistry {
         if let Some(running) = self.running.get(id) {
             return Ok(Some(running.addr.clone()));
         }
-        let (volume_index, known) = self.volumes.volume_of(id);
-        if !known && !create {
-            return Ok(None);
-        }
-        if self.running.len() >= self.max_open {
-            self.make_room(id, ctx)?;
-        }
-        let unavailable = |err: crate::store::StoreError| Error::Unavailable {
+        let unavailable = |err: StoreError| Error::Unavailable {
             partition: id.to_string(),
             reason: format!("cannot open its store: {err}"),
         };
-        let volume = self.volumes.volumes[volume_index].clone();
         let dead_letter = (self.dead_letter_for)(id.topic());
         let options = self.store_options(id, dead_letter.is_some());
-        let Some(store) = LogStore::open_in(&volume, id.topic(), id.index(), options.clone(), true)
-            .map_err(unavailable)?
-        else {
+        let mut found = self
+            .volumes
+            .open_store(id, &options, false)
+            .map_err(unavailable)?;
+        if found.is_none() && !create {
+            return Ok(None);
+        }
+        // Before a partition is added: a write refused for want of room adds nothing.
+        if self.running.len() >= self.max_open {
+            self.make_room(id, ctx)?;
+        }
+        if found.is_none() {
+            found = self
+                .volumes
+                .open_store(id, &options, true)
+                .map_err(unavailable)?;
+        }
+        let Some((volume, store)) = found else {
             return Ok(None);
         };
         let store = Arc::new(store);
-        self.volumes.catalog.insert(id.clone(), volume_index);
         self.generations += 1;
         let topic = self.config.topic(id.topic());
         let usage = Arc::new(Usage::default());
@@ -390,37 +506,42 @@ impl PartitionRegistry {
             return;
         };
         self.closing.insert(id.clone(), Vec::new());
+        self.addresses.forget(id, &running.addr);
         let id = id.clone();
         ctx.spawn(
             async move {
                 let _ = running.addr.send(Drain).await;
             }
             .into_actor(self)
-            .map(move |(), registry, _| {
+            .map(move |(), registry, ctx| {
                 registry.counters.closed.fetch_add(1, Ordering::Relaxed);
                 for waiter in registry.closing.remove(&id).unwrap_or_default() {
                     let _ = waiter.send(());
                 }
-                registry.signals.release_unused();
-                registry.return_memory();
+                registry.return_memory(ctx);
                 log::debug!("partition {id} closed");
             }),
         );
     }
 
-    /// Hands the memory that closed partitions freed back to the operating system, at most once
-    /// a second: the allocator keeps freed memory for reuse otherwise, and the process would
-    /// stay at its peak after a burst of partitions went idle.
-    fn return_memory(&mut self) {
-        if self.memory_returned.elapsed() < RETURN_MEMORY_EVERY {
+    /// Forgets what closed partitions left (their signals) and hands the memory they freed back
+    /// to the operating system, at most once a second; closes within that second are covered
+    /// by one more return at its end.
+    fn return_memory(&mut self, ctx: &mut Context<Self>) {
+        if self.memory_return_due {
             return;
         }
-        self.memory_returned = std::time::Instant::now();
-        #[cfg(all(target_os = "linux", target_env = "gnu"))]
-        // SAFETY: malloc_trim only releases free memory of the allocator's own heaps.
-        unsafe {
-            libc::malloc_trim(0);
-        }
+        let wait = RETURN_MEMORY_EVERY.saturating_sub(self.memory_returned.elapsed());
+        self.memory_return_due = true;
+        ctx.run_later(wait, |registry, _| {
+            registry.memory_return_due = false;
+            registry.memory_returned = std::time::Instant::now();
+            registry.signals.release_unused();
+            registry.addresses.shrink();
+            shrink_map(&mut registry.running);
+            shrink_map(&mut registry.closing);
+            crate::memory::return_freed();
+        });
     }
 
     /// Opens `id` (if it is not open) and runs its retention.
@@ -442,7 +563,10 @@ impl Actor for PartitionRegistry {
     /// Wakes every known partition once, spread over one sweep interval, so retention runs on
     /// partitions nobody touches after a restart.
     fn started(&mut self, ctx: &mut Self::Context) {
-        let mut found: Vec<PartitionId> = self.volumes.catalog.keys().cloned().collect();
+        let mut found = self.volumes.partitions().unwrap_or_else(|err| {
+            log::error!("cannot list the stored partitions to run their retention: {err}");
+            Vec::new()
+        });
         found.sort();
         let spread = Duration::from_millis(self.config.retention.sweep_interval_ms);
         let count = found.len().max(1) as u32;
@@ -532,27 +656,6 @@ impl Handler<Shutdown> for PartitionRegistry {
             }
             .into_actor(self),
         ))
-    }
-}
-
-/// Lists the topics that have at least one written partition, by name.
-#[derive(Message, Debug)]
-#[rtype(result = "Vec<String>")]
-pub(crate) struct WrittenTopics;
-
-impl Handler<WrittenTopics> for PartitionRegistry {
-    type Result = Vec<String>;
-
-    fn handle(&mut self, _: WrittenTopics, _: &mut Self::Context) -> Self::Result {
-        let mut topics: Vec<String> = self
-            .volumes
-            .catalog
-            .keys()
-            .map(|id| id.topic().to_owned())
-            .collect();
-        topics.sort();
-        topics.dedup();
-        topics
     }
 }
 

@@ -44,6 +44,9 @@ const READER_IDLE: Duration = Duration::from_secs(30);
 pub const INDEX_EVERY_ROWS: usize = 16_384;
 /// The committer indexes when no append has arrived for this long.
 const INDEX_WHEN_IDLE: Duration = Duration::from_millis(20);
+/// The committer frees the writer's page cache after this long without an append, so an idle
+/// node's memory goes back to where it started.
+const RELEASE_CACHE_WHEN_IDLE: Duration = Duration::from_secs(5);
 /// Pages (KiB, negative as SQLite wants it) of the writer's page cache: the index pages of
 /// many partitions stay cached between index passes.
 const WRITER_CACHE_KIB: i64 = -16_384;
@@ -255,6 +258,18 @@ impl Volume {
         let conn = self.shared.readers.get()?;
         let mut statement = conn.prepare_cached("SELECT id, topic, partition FROM partitions")?;
         let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// The topics with at least one partition stored here, by name.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn topics(&self) -> Result<Vec<String>, StoreError> {
+        let conn = self.shared.readers.get()?;
+        let mut statement =
+            conn.prepare_cached("SELECT DISTINCT topic FROM partitions ORDER BY topic")?;
+        let rows = statement.query_map([], |row| row.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -531,6 +546,7 @@ impl Shared {
     /// each, and indexes when idle or when enough records wait.
     fn run_committer(self: Arc<Self>) {
         let (mut expected, mut last_commit) = (0, Duration::ZERO);
+        let (mut last_group, mut cache_released) = (Instant::now(), false);
         loop {
             let group = match self
                 .queue
@@ -539,10 +555,15 @@ impl Shared {
                 Next::Group(group) => group,
                 Next::Idle => {
                     let _ = self.index();
+                    if !cache_released && last_group.elapsed() >= RELEASE_CACHE_WHEN_IDLE {
+                        self.release_cache();
+                        cache_released = true;
+                    }
                     continue;
                 }
                 Next::Closed => break,
             };
+            (last_group, cache_released) = (Instant::now(), false);
             expected = group.iter().map(|share| share.batches.len()).sum();
             let mut writer = lock(&self.writer);
             let started = Instant::now();
@@ -553,6 +574,17 @@ impl Shared {
             }
         }
         let _ = self.index();
+    }
+
+    /// Frees the writer's page cache (SQLite's copy of pages the OS caches anyway).
+    fn release_cache(&self) {
+        let writer = lock(&self.writer);
+        if let Err(err) = writer.conn.execute_batch("PRAGMA shrink_memory") {
+            log::warn!(
+                "{}: cannot release the page cache: {err}",
+                self.path.display()
+            );
+        }
     }
 
     fn commit_group(&self, writer: &mut Writer, group: Vec<AppendRequest>) {

@@ -232,6 +232,92 @@ async fn an_idle_partition_is_dropped_and_reopens_with_its_data() {
     assert_eq!(counters.opened(), 2);
 }
 
+/// Partitions of each volume file in `data_dir`: `(topic, partition)` rows per file.
+fn partitions_per_volume(data_dir: &std::path::Path) -> Vec<Vec<(String, u32)>> {
+    let mut volumes = Vec::new();
+    for index in 0.. {
+        let path = data_dir.join(format!("volume-{index}.sqlite"));
+        if !path.exists() {
+            break;
+        }
+        let conn = rusqlite::Connection::open_with_flags(
+            &path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+        )
+        .unwrap();
+        let mut statement = conn
+            .prepare("SELECT topic, partition FROM partitions ORDER BY topic, partition")
+            .unwrap();
+        let rows = statement
+            .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
+            .unwrap();
+        volumes.push(rows.map(Result::unwrap).collect());
+    }
+    volumes
+}
+
+/// New partitions are spread over `storage.volumes` volumes; with fewer volumes configured
+/// later, each partition is still found in the volume that holds it (never added to a second
+/// one), the topic list covers every volume, and a read of an unknown partition adds nothing.
+#[actix::test]
+async fn partitions_stay_in_their_volume_when_the_volume_count_changes() {
+    let t = TestLog::with(|config| config.storage.volumes = 3);
+    let partitions: Vec<(String, u32)> = (0..3)
+        .flat_map(|topic| (0..8).map(move |partition| (format!("tenant-{topic}"), partition)))
+        .collect();
+    for (topic, partition) in &partitions {
+        t.log
+            .append(topic, *partition, vec![NewRecord::new("1")])
+            .await
+            .unwrap();
+    }
+    let data_dir = t.config.storage.data_dir.clone();
+    let before = partitions_per_volume(&data_dir);
+    assert_eq!(before.len(), 3);
+    assert!(
+        before.iter().filter(|volume| !volume.is_empty()).count() >= 2,
+        "spread over the volumes: {before:?}"
+    );
+    t.log.shutdown().await.unwrap();
+
+    let mut config = t.config.clone();
+    config.storage.volumes = 1;
+    let log = Log::open(config).unwrap();
+    for (topic, partition) in &partitions {
+        let appended = log
+            .append(topic, *partition, vec![NewRecord::new("2")])
+            .await
+            .unwrap();
+        let durability::store::AppendOutcome::Appended { offsets } = appended.outcome else {
+            panic!("{topic}/{partition} refused the append");
+        };
+        assert_eq!(offsets, [1], "{topic}/{partition} continues its log");
+    }
+    assert!(
+        log.read("tenant-9", 0, Some(0), None).await.is_err()
+            || log
+                .read("tenant-9", 0, Some(0), None)
+                .await
+                .unwrap()
+                .records
+                .is_empty()
+    );
+    let topics: Vec<String> = log
+        .topics()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|topic| topic.name)
+        .collect();
+    assert_eq!(topics, ["tenant-0", "tenant-1", "tenant-2"]);
+    log.shutdown().await.unwrap();
+    assert_eq!(
+        partitions_per_volume(&data_dir),
+        before,
+        "no partition moved or was added to a second volume"
+    );
+}
+
 /// A topic-wide long-poll keeps waiting while its partitions are closed to make room
 /// (`max_open = 2`), and a record appended afterwards (reopening its partition) wakes it.
 #[actix::test]
