@@ -28,9 +28,11 @@
 //! | `durability_overloaded_total` | counter (requests answered `overloaded`) | |
 //! | `process_open_fds`, `process_threads`, `process_resident_memory_bytes`, ... | the process's own figures (Linux) | |
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use prometheus::core::Collector;
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
     TextEncoder,
@@ -50,9 +52,7 @@ pub struct Metrics {
 
 struct Inner {
     registry: Registry,
-    appended_records: IntCounterVec,
-    appended_bytes: IntCounterVec,
-    read_records: IntCounterVec,
+    topics: TopicCounters,
     consumer_lag: IntGaugeVec,
     leases: IntGaugeVec,
     cold_flushes: IntCounterVec,
@@ -125,36 +125,7 @@ impl Metrics {
             .expect("the process collector is registered once in a fresh registry");
         let counter = |name: &str, help: &str| register(&registry, IntCounter::new(name, help));
         let inner = Inner {
-            appended_records: register(
-                &registry,
-                IntCounterVec::new(
-                    Opts::new(
-                        "durability_appended_records_total",
-                        "Records appended, per topic.",
-                    ),
-                    &["topic"],
-                ),
-            ),
-            appended_bytes: register(
-                &registry,
-                IntCounterVec::new(
-                    Opts::new(
-                        "durability_appended_bytes_total",
-                        "Payload bytes appended, per topic.",
-                    ),
-                    &["topic"],
-                ),
-            ),
-            read_records: register(
-                &registry,
-                IntCounterVec::new(
-                    Opts::new(
-                        "durability_read_records_total",
-                        "Records returned by reads and polls, per topic.",
-                    ),
-                    &["topic"],
-                ),
-            ),
+            topics: register(&registry, Ok(TopicCounters::default())),
             consumer_lag: register(
                 &registry,
                 IntGaugeVec::new(
@@ -234,24 +205,14 @@ impl Metrics {
 
     /// Counts `records` records of `bytes` payload bytes appended to `topic`.
     pub fn appended(&self, topic: &str, records: u64, bytes: u64) {
-        self.inner
-            .appended_records
-            .with_label_values(&[topic])
-            .inc_by(records);
-        self.inner
-            .appended_bytes
-            .with_label_values(&[topic])
-            .inc_by(bytes);
+        self.inner.topics.add(topic, [records, bytes, 0]);
     }
 
     /// Counts `records` records returned by a read or poll of `topic` (nothing when zero, so
     /// empty reads of unknown topics add no series).
     pub fn records_read(&self, topic: &str, records: u64) {
         if records > 0 {
-            self.inner
-                .read_records
-                .with_label_values(&[topic])
-                .inc_by(records);
+            self.inner.topics.add(topic, [0, 0, records]);
         }
     }
 
@@ -336,6 +297,89 @@ impl Metrics {
             .scrape
             .lock()
             .unwrap_or_else(|poison| poison.into_inner())
+    }
+}
+
+/// The per-topic counters, kept compact because a node may serve a topic per tenant: one map
+/// entry of three numbers per topic (about 80 bytes, where a labelled counter of the
+/// `prometheus` crate takes several hundred), turned into counter families only while a
+/// scrape renders them.
+#[derive(Clone)]
+struct TopicCounters {
+    /// Appended records, appended payload bytes and records read, per topic.
+    counts: Arc<Mutex<HashMap<Box<str>, [u64; 3]>>>,
+    /// The families, empty: what [`Collector::desc`] describes, and the template each scrape
+    /// fills.
+    families: [IntCounterVec; 3],
+}
+
+impl Default for TopicCounters {
+    fn default() -> Self {
+        let family = |name: &str, help: &str| {
+            IntCounterVec::new(Opts::new(name, help), &["topic"])
+                .expect("metric names and labels are valid")
+        };
+        Self {
+            counts: Arc::default(),
+            families: [
+                family(
+                    "durability_appended_records_total",
+                    "Records appended, per topic.",
+                ),
+                family(
+                    "durability_appended_bytes_total",
+                    "Payload bytes appended, per topic.",
+                ),
+                family(
+                    "durability_read_records_total",
+                    "Records returned by reads and polls, per topic.",
+                ),
+            ],
+        }
+    }
+}
+
+impl TopicCounters {
+    fn add(&self, topic: &str, amounts: [u64; 3]) {
+        let mut counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        let counts = match counts.get_mut(topic) {
+            Some(counts) => counts,
+            None => counts.entry(topic.into()).or_default(),
+        };
+        for (count, amount) in counts.iter_mut().zip(amounts) {
+            *count += amount;
+        }
+    }
+}
+
+impl Collector for TopicCounters {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.families.iter().flat_map(Collector::desc).collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let families = self.families.clone().map(|family| {
+            // A fresh family of the same description for every scrape (clones share values).
+            let desc = family.desc()[0];
+            IntCounterVec::new(Opts::new(&desc.fq_name, &desc.help), &["topic"])
+                .expect("metric names and labels are valid")
+        });
+        let counts = self
+            .counts
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        for (topic, counts) in counts.iter() {
+            for (family, &count) in families.iter().zip(counts) {
+                // A topic only read, or only written, shows no series for the other side.
+                if count > 0 {
+                    family.with_label_values(&[topic]).inc_by(count);
+                }
+            }
+        }
+        families.iter().flat_map(Collector::collect).collect()
     }
 }
 
