@@ -200,8 +200,9 @@ pub fn growth(binary: &Path, dir: &Path, counts: &[u64], payload: &str) -> Vec<G
             let mut latencies = std::mem::take(&mut *latencies.lock().unwrap());
             latencies.sort_by(f64::total_cmp);
             let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q) as usize];
-            // Idle: every partition closed (idle_stop), then memory as it stays.
-            std::thread::sleep(Duration::from_millis(IDLE_STOP_MS * 3));
+            // Idle: every partition closed (idle_stop), the volume's page cache released (5 s
+            // without appends) and freed pages handed back, then memory as it stays.
+            std::thread::sleep(Duration::from_millis(IDLE_STOP_MS * 3) + Duration::from_secs(15));
             let idle_rss_mib = process(pid).2;
             let point = GrowthPoint {
                 partitions,

@@ -429,7 +429,8 @@ impl Report {
              data folder per row: 16 HTTP clients write one 100 B record to each of N distinct \
              partitions (8 per topic), a first write each, which adds the partition to its \
              volume. Peaks are sampled every 50 ms from `/proc` along with a `/healthz` request; \
-             idle memory is read 6 s after the last write, once every partition has closed.\n"
+             idle memory is read 21 s after the last write, once every partition has closed and \
+             freed memory has gone back to the OS.\n"
         );
         let _ = writeln!(
             md,
