@@ -65,7 +65,7 @@ impl Error {
     /// The stable error code: one of `invalid_request`, `invalid_name`, `batch_too_large`,
     /// `record_too_large`, `invalid_offset`, `unknown_partition`, `log_truncated`,
     /// `lease_not_held`, `leases_disabled`, `unauthorized`, `payload_too_large`, `overloaded`,
-    /// `unavailable`.
+    /// `unavailable`, `corrupted`.
     pub fn code(&self) -> &'static str {
         match self {
             Self::Store(err) => err.code(),
@@ -80,16 +80,26 @@ impl Error {
     /// The same failure, for another caller that shared it (a group commit answers several
     /// callers from one failed transaction).
     pub(crate) fn for_another_caller(&self, partition: &crate::names::PartitionId) -> Self {
-        let mut reason = self.to_string();
-        let mut source = std::error::Error::source(self);
-        while let Some(cause) = source {
-            reason.push_str(": ");
-            reason.push_str(&cause.to_string());
-            source = cause.source();
+        if let Self::Store(StoreError::Corrupted { reason }) = self {
+            return Self::Store(StoreError::Corrupted {
+                reason: reason.clone(),
+            });
         }
         Self::Unavailable {
             partition: partition.to_string(),
-            reason,
+            reason: with_causes(self),
         }
     }
+}
+
+/// `err` followed by each of its causes: `storage failure: database disk image is malformed`.
+pub(crate) fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

@@ -198,8 +198,10 @@ impl Volumes {
         let volumes = (0..count)
             .map(|index| {
                 let path = dir.join(volume_file(index));
-                Volume::open(&path, config.storage.sync)
-                    .map_err(|err| unavailable(format!("cannot open {}: {err}", path.display())))
+                Volume::open(&path, config.storage.sync).map_err(|err| {
+                    let err = crate::error::with_causes(&err);
+                    unavailable(format!("cannot open {}: {err}", path.display()))
+                })
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {
@@ -243,6 +245,15 @@ impl Volumes {
             );
         }
         Ok(found)
+    }
+
+    /// Closes every volume (see [`Volume::close`]), logging failures.
+    fn close(&self) {
+        for volume in &self.volumes {
+            if let Err(err) = volume.close() {
+                log::error!("{}: cannot close: {err}", volume.path().display());
+            }
+        }
     }
 
     /// The topics with at least one stored partition, by name.
@@ -418,9 +429,12 @@ impl PartitionRegistry {
         if let Some(running) = self.running.get(id) {
             return Ok(Some(running.addr.clone()));
         }
-        let unavailable = |err: StoreError| Error::Unavailable {
-            partition: id.to_string(),
-            reason: format!("cannot open its store: {err}"),
+        let unavailable = |err: StoreError| match err {
+            StoreError::Corrupted { .. } => Error::Store(err),
+            err => Error::Unavailable {
+                partition: id.to_string(),
+                reason: format!("cannot open its store: {err}"),
+            },
         };
         let dead_letter = (self.dead_letter_for)(id.topic());
         let options = self.store_options(id, dead_letter.is_some());
@@ -647,12 +661,14 @@ impl Handler<Shutdown> for PartitionRegistry {
     fn handle(&mut self, _: Shutdown, _: &mut Self::Context) -> Self::Result {
         let running: Vec<Running> = self.running.drain().map(|(_, running)| running).collect();
         let counters = self.counters.clone();
+        let volumes = self.volumes.clone();
         AtomicResponse::new(Box::pin(
             async move {
                 for running in running {
                     let _ = running.addr.send(Drain).await;
                     counters.closed.fetch_add(1, Ordering::Relaxed);
                 }
+                volumes.close();
             }
             .into_actor(self),
         ))

@@ -66,6 +66,7 @@ impl ResponseError for ApiError {
             "lease_not_held" | "leases_disabled" => StatusCode::CONFLICT,
             "log_truncated" => StatusCode::GONE,
             "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
+            "corrupted" => StatusCode::INTERNAL_SERVER_ERROR,
             _ => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -151,5 +152,17 @@ mod tests {
         let unavailable = ApiError::from(Error::PartitionStopped).error_response();
         assert_eq!(unavailable.status(), 503);
         assert!(unavailable.headers().get(RETRY_AFTER).is_none());
+    }
+
+    /// Damaged files are a 500 that no retry cures, not a 503.
+    #[test]
+    fn corrupted_is_500_without_retry_after() {
+        let corrupted = ApiError::from(Error::Store(crate::store::StoreError::Corrupted {
+            reason: "the volume v.sqlite is damaged: database disk image is malformed".into(),
+        }));
+        let response = corrupted.error_response();
+        assert_eq!(response.status(), 500);
+        assert!(response.headers().get(RETRY_AFTER).is_none());
+        assert_eq!(corrupted.code(), "corrupted");
     }
 }

@@ -94,6 +94,36 @@ impl utoipa::Modify for Additions {
         {
             get.security = Some(Vec::new());
         }
+        // Every operation that reaches a partition's storage may meet damaged files.
+        let corrupted = ResponseBuilder::new()
+            .description(
+                "`corrupted`: the partition's files are damaged; it refuses writes and retrying \
+                 does not help",
+            )
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for operation in operations.into_iter().flatten() {
+                if operation.responses.responses.contains_key("503") {
+                    operation
+                        .responses
+                        .responses
+                        .insert("500".to_owned(), corrupted.clone().into());
+                }
+            }
+        }
         let metrics = OperationBuilder::new()
             .tag("operations")
             .operation_id(Some("metrics"))

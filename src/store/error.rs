@@ -65,6 +65,14 @@ pub enum StoreError {
     /// The cold tier failed; no data was lost (hot records stay until their segment is stored).
     #[error("cold storage failure")]
     Cold(#[from] ColdStoreError),
+    /// The volume's files are damaged (SQLite found them malformed, or they hold fewer commits
+    /// than were acknowledged). Its partitions refuse writes from then on, so no offset is
+    /// handed out twice; retrying does not help until the files are repaired or restored.
+    #[error("{reason}")]
+    Corrupted {
+        /// The file and what is wrong with it.
+        reason: String,
+    },
 }
 
 impl StoreError {
@@ -83,6 +91,7 @@ impl StoreError {
             Self::InvalidName(_) => "invalid_name",
             Self::LeaseNotHeld { .. } => "lease_not_held",
             Self::LeasesDisabled => "leases_disabled",
+            Self::Corrupted { .. } => "corrupted",
         }
     }
 

@@ -129,12 +129,17 @@ pub(super) struct Shared {
     poisoned: AtomicBool,
     /// Bumped by every recovery; a store opened under an older epoch refuses writes.
     epoch: AtomicU64,
+    /// Why the volume was found damaged, once it was: from then on it refuses writes for good
+    /// (reads go on where the files still allow).
+    damaged: std::sync::OnceLock<String>,
     faults: [AtomicBool; 2],
 }
 
 /// One SQLite database of many partitions. See the module docs.
 pub struct Volume {
     shared: Arc<Shared>,
+    /// The committer thread, joined by [`Volume::close`].
+    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Drop for Volume {
@@ -223,8 +228,18 @@ impl Volume {
             queue: CommitQueue::default(),
             poisoned: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
+            damaged: std::sync::OnceLock::new(),
             faults: Default::default(),
         });
+        let high_water = read_high_water(&shared.path);
+        let durable = lock(&shared.writer).last_seq;
+        if high_water > durable {
+            let _ = shared.mark_damaged(format!(
+                "holds commits up to {durable}, but {high_water} were acknowledged before \
+                 (recorded in {}): its write-ahead log or database file was lost or cut short",
+                high_water_path(&shared.path).display()
+            ));
+        }
         shared.index()?;
         let name = format!(
             "durability-commit-{}",
@@ -234,11 +249,29 @@ impl Volume {
                 .map_or_else(String::new, |stem| stem.to_string_lossy().into_owned())
         );
         let thread_shared = shared.clone();
-        std::thread::Builder::new()
+        let committer = std::thread::Builder::new()
             .name(name)
             .spawn(move || thread_shared.run_committer())
             .map_err(StoreError::Thread)?;
-        Ok(Arc::new(Self { shared }))
+        Ok(Arc::new(Self {
+            shared,
+            committer: Mutex::new(Some(committer)),
+        }))
+    }
+
+    /// Closes the volume for writes: the committer commits what is queued and stops, the WAL
+    /// is checkpointed into the database file, and the high-water mark records the result, so
+    /// the database file is complete on its own (to copy, move or rebuild elsewhere). Appends
+    /// after it are refused; reads go on.
+    ///
+    /// # Errors
+    /// A storage failure of the checkpoint.
+    pub fn close(&self) -> Result<(), StoreError> {
+        self.shared.queue.close();
+        if let Some(committer) = lock(&self.committer).take() {
+            let _ = committer.join();
+        }
+        self.shared.checkpoint()
     }
 
     /// The database file.
@@ -318,6 +351,45 @@ impl Shared {
         self.poisoned.store(true, Ordering::SeqCst);
     }
 
+    /// Refuses writes to a damaged volume.
+    pub(super) fn check_intact(&self) -> Result<(), StoreError> {
+        match self.damaged.get() {
+            Some(reason) => Err(StoreError::Corrupted {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the volume damaged, logging it once, and answers the error its callers get.
+    fn mark_damaged(&self, cause: String) -> StoreError {
+        let reason = format!("the volume {} is damaged: {cause}", self.path.display());
+        if self.damaged.set(reason.clone()).is_ok() {
+            log::error!("{reason}; its partitions refuse writes from now on");
+        }
+        self.check_intact()
+            .err()
+            .unwrap_or(StoreError::Corrupted { reason })
+    }
+
+    /// `err`, or `corrupted` when SQLite found the files malformed (the volume is then marked
+    /// damaged).
+    fn classify(&self, err: StoreError) -> StoreError {
+        match &err {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(failure, _))
+                if matches!(
+                    failure.code,
+                    rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+                ) =>
+            {
+                let cause = std::error::Error::source(&err)
+                    .map_or_else(|| err.to_string(), ToString::to_string);
+                self.mark_damaged(cause)
+            }
+            _ => err,
+        }
+    }
+
     /// Arms a fault (tests of recovery).
     #[cfg(any(test, feature = "test-util"))]
     pub(super) fn arm(&self, fault: Fault) {
@@ -341,8 +413,10 @@ impl Shared {
         work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut conn = self.readers.get()?;
-        let tx = conn.transaction()?;
-        work(&tx)
+        let tx = conn
+            .transaction()
+            .map_err(|err| self.classify(err.into()))?;
+        work(&tx).map_err(|err| self.classify(err))
     }
 
     /// Runs `work` in one write transaction of the writer connection and commits it. A storage
@@ -355,6 +429,7 @@ impl Shared {
     ) -> Result<T, StoreError> {
         let mut writer = lock(&self.writer);
         // Checked under the lock: a writer queued behind a failing one must not commit after it.
+        self.check_intact()?;
         if self.refuses_writes(epoch) {
             return Err(StoreError::Poisoned);
         }
@@ -366,7 +441,8 @@ impl Shared {
             self.injected_fault(Fault::BeforeCommit)?;
             tx.commit()?;
             Ok(value)
-        })();
+        })()
+        .map_err(|err| self.classify(err));
         if let Err(err) = &result
             && err.is_uncertain()
         {
@@ -392,22 +468,30 @@ impl Shared {
         if self.poisoned.load(Ordering::SeqCst) {
             self.recover(&mut writer)?;
         }
-        let found: Option<i64> = writer
-            .conn
-            .prepare_cached("SELECT id FROM partitions WHERE topic = ?1 AND partition = ?2")?
-            .query_row(params![topic, partition], |row| row.get(0))
-            .optional()?;
-        let key = match found {
-            Some(key) => key,
-            None if create => self.unsynced(&mut writer.conn, |tx| {
-                tx.prepare_cached("INSERT INTO partitions (topic, partition) VALUES (?1, ?2)")?
-                    .execute(params![topic, partition])?;
-                Ok(tx.last_insert_rowid())
-            })?,
-            None => return Ok(None),
-        };
-        let tail = self.load_tail(&writer.conn, key)?;
-        Ok(Some((key, tail, self.epoch())))
+        let opened = (|| {
+            let found: Option<i64> = writer
+                .conn
+                .prepare_cached("SELECT id FROM partitions WHERE topic = ?1 AND partition = ?2")?
+                .query_row(params![topic, partition], |row| row.get(0))
+                .optional()?;
+            let key = match found {
+                Some(key) => key,
+                None if create => {
+                    self.check_intact()?;
+                    self.unsynced(&mut writer.conn, |tx| {
+                        tx.prepare_cached(
+                            "INSERT INTO partitions (topic, partition) VALUES (?1, ?2)",
+                        )?
+                        .execute(params![topic, partition])?;
+                        Ok(tx.last_insert_rowid())
+                    })?
+                }
+                None => return Ok(None),
+            };
+            let tail = self.load_tail(&writer.conn, key)?;
+            Ok(Some((key, tail, self.epoch())))
+        })();
+        opened.map_err(|err| self.classify(err))
     }
 
     /// Where a partition's log ends, from its newest record (indexed or recent) or else its
@@ -512,7 +596,10 @@ impl Shared {
             Ok(())
         });
         if let Err(err) = result {
-            self.poison(&err);
+            let err = self.classify(err);
+            if err.is_uncertain() {
+                self.poison(&err);
+            }
             return Err(err);
         }
         writer.indexed_through = last;
@@ -547,6 +634,7 @@ impl Shared {
     fn run_committer(self: Arc<Self>) {
         let (mut expected, mut last_commit) = (0, Duration::ZERO);
         let (mut last_group, mut cache_released) = (Instant::now(), false);
+        let mut high_water = lock(&self.writer).last_seq;
         loop {
             let group = match self
                 .queue
@@ -555,6 +643,7 @@ impl Shared {
                 Next::Group(group) => group,
                 Next::Idle => {
                     let _ = self.index();
+                    self.record_high_water(&mut high_water);
                     if !cache_released && last_group.elapsed() >= RELEASE_CACHE_WHEN_IDLE {
                         self.release_cache();
                         cache_released = true;
@@ -576,6 +665,49 @@ impl Shared {
         let _ = self.index();
     }
 
+    /// Records the newest durable seq beside the database when it moved (see
+    /// [`read_high_water`]). Only where every commit is synced: with `sync = normal` the last
+    /// commits may be lost on power loss by design, and that must not read as damage.
+    fn record_high_water(&self, recorded: &mut i64) {
+        let last = lock(&self.writer).last_seq;
+        if self.sync != SyncMode::Full || last <= *recorded || self.damaged.get().is_some() {
+            return;
+        }
+        if self.write_high_water(last) {
+            *recorded = last;
+        }
+    }
+
+    /// Writes the high-water mark `seq`; a failure is logged (the check it feeds is then
+    /// weaker, nothing else).
+    fn write_high_water(&self, seq: i64) -> bool {
+        let written = write_high_water(&self.path, seq);
+        if let Err(err) = &written {
+            log::warn!(
+                "{}: cannot record the high-water mark: {err}",
+                high_water_path(&self.path).display()
+            );
+        }
+        written.is_ok()
+    }
+
+    /// Moves every committed page into the database file and empties the WAL, then records the
+    /// high-water mark (the checkpoint synced the database file, whatever `sync` is).
+    fn checkpoint(&self) -> Result<(), StoreError> {
+        let writer = lock(&self.writer);
+        if self.damaged.get().is_some() {
+            return Ok(());
+        }
+        let busy: i64 = writer
+            .conn
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0))
+            .map_err(|err| self.classify(err.into()))?;
+        if busy == 0 {
+            self.write_high_water(writer.last_seq);
+        }
+        Ok(())
+    }
+
     /// Frees the writer's page cache (SQLite's copy of pages the OS caches anyway).
     fn release_cache(&self) {
         let writer = lock(&self.writer);
@@ -588,6 +720,14 @@ impl Shared {
     }
 
     fn commit_group(&self, writer: &mut Writer, group: Vec<AppendRequest>) {
+        if let Err(refused) = self.check_intact() {
+            for request in group {
+                (request.reply)(Err(StoreError::Corrupted {
+                    reason: refused.to_string(),
+                }));
+            }
+            return;
+        }
         if self.poisoned.load(Ordering::SeqCst) {
             for request in group {
                 (request.reply)(Err(StoreError::Poisoned));
@@ -671,6 +811,7 @@ impl Shared {
                 }
             }
             Err(err) => {
+                let err = self.classify(err);
                 if err.is_uncertain() {
                     self.poison(&err);
                 }
@@ -751,6 +892,45 @@ impl Shared {
             .query_row(params![key, dedup_key], |row| row.get(0))
             .optional()?)
     }
+}
+
+/// The file beside a volume that holds its high-water mark: the newest seq known durable.
+fn high_water_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-hwm");
+    name.into()
+}
+
+/// The volume's high-water mark, 0 when it has none (or an unreadable one). A volume that
+/// opens holding fewer commits than this lost some: its WAL or database file was deleted,
+/// truncated or replaced, and handing out its offsets again would reuse acknowledged ones.
+fn read_high_water(path: &Path) -> i64 {
+    let file = high_water_path(path);
+    match std::fs::read_to_string(&file) {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
+            log::warn!("{}: not a high-water mark, ignored", file.display());
+            0
+        }),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(err) => {
+            log::warn!("{}: cannot read the high-water mark: {err}", file.display());
+            0
+        }
+    }
+}
+
+/// Writes the high-water mark in place, fixed width (one small write: never half old, half
+/// new), and syncs it.
+fn write_high_water(path: &Path, seq: i64) -> std::io::Result<()> {
+    use std::io::{Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(high_water_path(path))?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    file.write_all(format!("{seq:020}\n").as_bytes())?;
+    file.sync_data()
 }
 
 /// What a group commit wrote for one partition, applied to memory only once it committed.

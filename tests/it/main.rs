@@ -7,6 +7,7 @@ mod cold_faults;
 mod common;
 mod config;
 mod crash;
+mod damage;
 mod density;
 mod fuzz;
 mod http;

@@ -1,0 +1,198 @@
+//! Damaged files fail loudly and stay read-only: a volume that lost acknowledged commits (its
+//! WAL deleted, its database emptied) or that SQLite finds malformed refuses writes with
+//! `corrupted` instead of handing out offsets again; other volumes go on.
+
+use std::io::{Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use durability::store::{AppendOutcome, NewRecord};
+use durability::{Config, Error, Log};
+
+use crate::common::TestLog;
+
+const TOPIC: &str = "events";
+
+fn volume(data_dir: &Path, index: usize) -> PathBuf {
+    data_dir.join(format!("volume-{index}.sqlite"))
+}
+
+/// The high-water mark the volume recorded beside itself (0 when none yet).
+fn high_water(data_dir: &Path, index: usize) -> i64 {
+    let mut path = volume(data_dir, index).into_os_string();
+    path.push("-hwm");
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Appends `count` records to `partition`; answers the offsets.
+async fn append(log: &Log, partition: u32, count: usize) -> Result<Vec<u64>, Error> {
+    let records = (0..count)
+        .map(|n| NewRecord::new(format!("{{\"n\":{n},\"text\":\"{}\"}}", "x".repeat(200))))
+        .collect();
+    match log.append(TOPIC, partition, records).await?.outcome {
+        AppendOutcome::Appended { offsets } => Ok(offsets),
+        AppendOutcome::Rejected(rejection) => panic!("refused: {rejection}"),
+    }
+}
+
+/// Waits until volume `index` has recorded at least `seq` commits as its high-water mark.
+async fn await_high_water(data_dir: &Path, index: usize, seq: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while high_water(data_dir, index) < seq {
+        assert!(
+            Instant::now() < deadline,
+            "no high-water mark {seq} recorded"
+        );
+        actix_web::rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[actix::test]
+async fn a_volume_that_lost_its_write_ahead_log_refuses_writes_and_reuses_no_offset() {
+    let t = TestLog::with(|config| config.storage.volumes = 2);
+    let data_dir = t.config.storage.data_dir.clone();
+    for partition in 0..8 {
+        assert_eq!(append(&t.log, partition, 10).await.unwrap()[9], 9);
+    }
+    await_high_water(&data_dir, 0, 1).await;
+    await_high_water(&data_dir, 1, 1).await;
+    // A crash that loses volume 0's WAL: the database file alone, which holds none of the
+    // commits yet (no checkpoint ran); volume 1 keeps its WAL.
+    let copy = tempfile::tempdir().unwrap();
+    let copied = copy.path().join("data");
+    std::fs::create_dir_all(&copied).unwrap();
+    for name in [
+        "volume-0.sqlite",
+        "volume-0.sqlite-hwm",
+        "volume-1.sqlite",
+        "volume-1.sqlite-wal",
+        "volume-1.sqlite-hwm",
+    ] {
+        std::fs::copy(data_dir.join(name), copied.join(name)).unwrap();
+    }
+    t.log.shutdown().await.unwrap();
+
+    let mut config = t.config.clone();
+    config.storage.data_dir = copied.clone();
+    let log = Log::open(config).unwrap();
+    let (mut refused, mut continued) = (0, 0);
+    for partition in 0..8 {
+        match append(&log, partition, 1).await {
+            Err(err) => {
+                assert_eq!(err.code(), "corrupted", "{err}");
+                let message = err.to_string();
+                assert!(message.contains("volume-0.sqlite"), "{message}");
+                refused += 1;
+            }
+            Ok(offsets) => {
+                assert_eq!(offsets, [10], "partition {partition} continues its log");
+                continued += 1;
+            }
+        }
+    }
+    assert!(
+        refused > 0 && continued > 0,
+        "{refused} refused, {continued} continued"
+    );
+    log.shutdown().await.unwrap();
+}
+
+/// Runs `work` on a log over `config` in an actix system of its own, which ends with it: the
+/// log's files are closed afterwards, as when a server process exits.
+fn in_own_process<F, Fut>(config: &Config, work: F)
+where
+    F: FnOnce(Log) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()>,
+{
+    let config = config.clone();
+    std::thread::spawn(move || {
+        actix::System::new().block_on(async move {
+            let log = Log::open(config).unwrap();
+            work(log.clone()).await;
+            log.shutdown().await.unwrap();
+        });
+    })
+    .join()
+    .unwrap();
+}
+
+#[actix::test]
+async fn an_emptied_database_file_refuses_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::for_tests(dir.path());
+    let data_dir = config.storage.data_dir.clone();
+    in_own_process(&config, {
+        let data_dir = data_dir.clone();
+        move |log| async move {
+            append(&log, 0, 100).await.unwrap();
+            await_high_water(&data_dir, 0, 100).await;
+        }
+    });
+    std::fs::File::create(volume(&data_dir, 0)).unwrap();
+
+    let log = Log::open(config).unwrap();
+    let err = append(&log, 0, 1).await.unwrap_err();
+    assert_eq!(err.code(), "corrupted", "{err}");
+    let again = append(&log, 3, 1).await.unwrap_err();
+    assert_eq!(
+        again.code(),
+        "corrupted",
+        "a damaged volume stays read-only"
+    );
+    log.shutdown().await.unwrap();
+}
+
+#[actix::test]
+async fn a_clean_restart_is_not_damage() {
+    let t = TestLog::with(|_| {});
+    let data_dir = t.config.storage.data_dir.clone();
+    append(&t.log, 0, 50).await.unwrap();
+    await_high_water(&data_dir, 0, 50).await;
+    t.log.shutdown().await.unwrap();
+    for round in 1..=3 {
+        let log = Log::open(t.config.clone()).unwrap();
+        let offsets = append(&log, 0, 50).await.unwrap();
+        assert_eq!(offsets[0], 50 * round);
+        log.shutdown().await.unwrap();
+    }
+}
+
+#[actix::test]
+async fn a_malformed_page_fails_reads_and_then_writes_with_corrupted() {
+    let t = TestLog::with(|config: &mut Config| config.retention.max_records = 0);
+    for _ in 0..30 {
+        append(&t.log, 0, 100).await.unwrap();
+    }
+    t.log.shutdown().await.unwrap();
+    // Shutting down checkpointed everything into the database file; overwrite a page in its
+    // middle.
+    let path = volume(&t.config.storage.data_dir, 0);
+    let length = std::fs::metadata(&path).unwrap().len();
+    let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.seek(SeekFrom::Start(length / 2 / 4096 * 4096))
+        .unwrap();
+    file.write_all(&[0xFF; 4096]).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+
+    let log = Log::open(t.config.clone()).unwrap();
+    let mut failed = None;
+    let mut from = 0;
+    while from < 3_000 {
+        match log.read(TOPIC, 0, Some(from), Some(100)).await {
+            Ok(page) => from = page.next_offset.max(from + 1),
+            Err(err) => {
+                failed = Some(err);
+                break;
+            }
+        }
+    }
+    let err = failed.expect("a read met the malformed page");
+    assert_eq!(err.code(), "corrupted", "{err}");
+    let err = append(&log, 0, 1).await.unwrap_err();
+    assert_eq!(err.code(), "corrupted", "{err}");
+    log.shutdown().await.unwrap();
+}
