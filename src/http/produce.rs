@@ -6,7 +6,7 @@ use serde_json::json;
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
-use super::request::{json_body, partition};
+use super::request::{Object, json_body, partition};
 use super::schema;
 use super::{ApiError, HttpState};
 use crate::log::{Event, EventsOutcome};
@@ -61,7 +61,8 @@ pub async fn events(
     topic: web::Path<String>,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let events: Vec<EventBody> = json_body(body, state.max_body_bytes).await?;
+    let events: Vec<Object<EventBody>> = json_body(body, state.max_body_bytes).await?;
+    let events: Vec<EventBody> = events.into_iter().map(|event| event.0).collect();
     let bytes = events
         .iter()
         .map(|event| event.payload.get().len() as u64)
@@ -117,7 +118,8 @@ pub async fn records(
     let (topic, index) = path.into_inner();
     let index = partition(&index)?;
     state.log.partitions(&topic)?;
-    let records: Vec<RecordBody> = json_body(body, state.max_body_bytes).await?;
+    let records: Vec<Object<RecordBody>> = json_body(body, state.max_body_bytes).await?;
+    let records: Vec<RecordBody> = records.into_iter().map(|record| record.0).collect();
     let bytes = records
         .iter()
         .map(|record| record.payload.get().len() as u64)

@@ -6,21 +6,22 @@ use std::time::Duration;
 
 use actix_web::web;
 use futures_util::StreamExt;
-use serde::de::DeserializeOwned;
+use serde::de::{DeserializeOwned, Visitor};
+use serde::{Deserialize, Deserializer};
 
 use super::ApiError;
 
 /// Longest `waitMs`; longer waits are capped to it.
 pub const MAX_WAIT_MS: u64 = 30_000;
 
-/// Reads a JSON body of at most `limit` bytes.
+/// Reads a JSON body of at most `limit` bytes. A body that is a struct must be a JSON object
+/// (see [`Object`]; elements of an array body are wrapped in it).
 pub async fn json_body<T: DeserializeOwned>(
     mut payload: web::Payload,
     limit: usize,
 ) -> Result<T, ApiError> {
     let bytes = body(&mut payload, limit).await?;
-    serde_json::from_slice(&bytes)
-        .map_err(|err| ApiError::invalid_request(format!("invalid JSON body: {err}")))
+    parse(&bytes)
 }
 
 /// Reads an optional JSON body (an empty body is `None`).
@@ -32,9 +33,52 @@ pub async fn optional_json_body<T: DeserializeOwned>(
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
-    serde_json::from_slice(&bytes)
-        .map(Some)
+    parse(&bytes).map(Some)
+}
+
+fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    let mut json = serde_json::Deserializer::from_slice(bytes);
+    T::deserialize(ObjectsOnly(&mut json))
+        .and_then(|value| json.end().map(|()| value))
         .map_err(|err| ApiError::invalid_request(format!("invalid JSON body: {err}")))
+}
+
+/// A struct that must arrive as a JSON object. serde's derived structs also take an array of
+/// their fields in order (`[{"a":1},"key"]` for a record), which no client means.
+#[derive(Debug)]
+pub struct Object<T>(pub T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(ObjectsOnly(deserializer)).map(Object)
+    }
+}
+
+/// A deserializer that reads a struct only from a map (a JSON object), and everything else as
+/// the one it wraps does.
+struct ObjectsOnly<D>(D);
+
+impl<'de, D: Deserializer<'de>> Deserializer<'de> for ObjectsOnly<D> {
+    type Error = D::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, D::Error> {
+        self.0.deserialize_any(visitor)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, D::Error> {
+        self.0.deserialize_map(visitor)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
 }
 
 async fn body(payload: &mut web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {

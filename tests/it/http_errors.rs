@@ -72,8 +72,9 @@ async fn state_of(t: &TestLog, topic: &str) -> Vec<(u64, u64, u64, Vec<(String, 
 }
 
 /// Malformed JSON, wrong types, missing required fields (`payload`, `partitionKey`,
-/// `offset`, `offsets`), unknown fields, an empty batch and integers that do not fit a signed
-/// 64-bit value in a body are `400 invalid_request`, and change nothing.
+/// `offset`, `offsets`), unknown fields, an empty batch, integers that do not fit a signed
+/// 64-bit value and arrays where objects are expected in a body are `400 invalid_request`, and
+/// change nothing.
 #[actix::test]
 async fn invalid_request_for_bad_bodies() {
     let t = TestLog::with(|_| {});
@@ -161,6 +162,18 @@ async fn invalid_request_for_bad_bodies() {
             "/topics/events/partitions/0/groups/billing/leases/nope/nack",
             r#"{"delayMs": -1}"#,
         ),
+        // Arrays where objects are expected (serde's structs would take their fields in order).
+        (
+            "/topics/events/partitions/0/records",
+            r#"[[{"a": 1}, "dedup-x"]]"#,
+        ),
+        ("/topics/events/records", r#"[["user-1", {"a": 1}]]"#),
+        ("/topics/events/groups/billing/commit", r#"[{"0": 1}]"#),
+        ("/topics/events/partitions/0/cold/forget", "[0]"),
+        (
+            "/topics/events/partitions/0/groups/billing/leases/nope/nack",
+            "[5000]",
+        ),
     ];
     for (uri, body) in cases {
         let answer = call!(app, Method::POST, uri, Some(body));
@@ -175,6 +188,7 @@ async fn invalid_request_for_bad_bodies() {
         r#"{"offset": 9223372036854775808}"#,
         r#"{"offset": 2"#,
         r#"{"cursor": 2}"#,
+        "[1]",
     ];
     for body in put_cases {
         let answer = call!(
