@@ -110,6 +110,8 @@ pub struct ServerSettings {
     pub auth_token: String,
     /// Largest request body. Default: 16 MiB.
     pub max_body_bytes: usize,
+    /// Longest wait for a request's body. Default: 5,000.
+    pub request_timeout_ms: u64,
 }
 
 /// `[storage]`.
@@ -407,6 +409,7 @@ impl Config {
             ));
         }
         positive("server.max_body_bytes", server.max_body_bytes as u64)?;
+        positive("server.request_timeout_ms", server.request_timeout_ms)?;
         if self.storage.data_dir.as_os_str().is_empty() {
             return Err(ConfigError::invalid(
                 "storage.data_dir",

@@ -192,7 +192,7 @@ pub async fn commit(
     let (topic, group) = path.into_inner();
     let partitions = state.log.partitions(&topic)?;
     crate::names::validate_group(&group).map_err(|err| ApiError::invalid_name(err.to_string()))?;
-    let body: CommitBody = json_body(body, state.max_body_bytes).await?;
+    let body: CommitBody = json_body(body, state.body_limits()).await?;
     let mut commits = Vec::with_capacity(body.offsets.len());
     for (index, value) in &body.offsets {
         let index = partition(index)?;
@@ -258,7 +258,7 @@ pub async fn put_cursor(
     let (topic, index, group) = path.into_inner();
     let index = partition(&index)?;
     state.log.partitions(&topic)?;
-    let body: CursorBody = json_body(body, state.max_body_bytes).await?;
+    let body: CursorBody = json_body(body, state.body_limits()).await?;
     let cursor = state
         .log
         .commit(&topic, index, &group, offset(body.offset, "offset")?)

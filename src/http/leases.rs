@@ -178,7 +178,7 @@ pub async fn nack(
 ) -> Result<HttpResponse, ApiError> {
     let (topic, index, group, batch_id) = path.into_inner();
     let index = partition(&index)?;
-    let body: Option<NackBody> = optional_json_body(body, state.max_body_bytes).await?;
+    let body: Option<NackBody> = optional_json_body(body, state.body_limits()).await?;
     let delay_ms = match body.and_then(|body| body.delay_ms) {
         Some(delay) if delay < 0 => {
             return Err(ApiError::invalid_request(format!(

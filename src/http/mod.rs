@@ -31,6 +31,8 @@ pub struct HttpState {
     log: Log,
     auth_token: Option<String>,
     max_body_bytes: usize,
+    /// Longest wait for a request's body (`server.request_timeout_ms`).
+    request_timeout: std::time::Duration,
     metrics: Metrics,
 }
 
@@ -42,15 +44,22 @@ impl HttpState {
         Self::with_metrics(log, metrics)
     }
 
+    /// What a request body may take: its largest size and the longest wait for it.
+    fn body_limits(&self) -> (usize, std::time::Duration) {
+        (self.max_body_bytes, self.request_timeout)
+    }
+
     /// The same, counting into `metrics` (shared by every worker of one server).
     pub fn with_metrics(log: Log, metrics: Metrics) -> Self {
         let server = &log.config().server;
         let auth_token = (!server.auth_token.is_empty()).then(|| server.auth_token.clone());
         let max_body_bytes = server.max_body_bytes;
+        let request_timeout = std::time::Duration::from_millis(server.request_timeout_ms);
         Self {
             log,
             auth_token,
             max_body_bytes,
+            request_timeout,
             metrics,
         }
     }
@@ -74,6 +83,7 @@ pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web:
         cfg.route("/healthz", web::get().to(operations::healthz));
         cfg.service(
             web::scope("")
+                .wrap(from_fn(refuse_declared_oversize))
                 .wrap(from_fn(authenticate))
                 .wrap(from_fn(metrics::observe))
                 .route("/metrics", web::get().to(metrics::metrics))
@@ -124,6 +134,27 @@ async fn authenticate(
                 ApiError::new("unauthorized", "a valid bearer token is required").error_response();
             return Ok(request.into_response(response).map_into_right_body());
         }
+    }
+    Ok(next.call(request).await?.map_into_left_body())
+}
+
+/// A body whose declared `Content-Length` exceeds `server.max_body_bytes` is refused with
+/// `413` before any of it is read.
+async fn refuse_declared_oversize(
+    request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let limit = request
+        .app_data::<web::Data<HttpState>>()
+        .map_or(usize::MAX, |state| state.max_body_bytes);
+    let declared = request
+        .headers()
+        .get(actix_web::http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|declared| declared > limit as u64) {
+        let response = request::too_large(limit).error_response();
+        return Ok(request.into_response(response).map_into_right_body());
     }
     Ok(next.call(request).await?.map_into_left_body())
 }

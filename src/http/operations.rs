@@ -138,7 +138,7 @@ pub async fn forget_cold(
     let (topic, index) = path.into_inner();
     let index = partition(&index)?;
     state.log.partitions(&topic)?;
-    let body: ForgetBody = json_body(body, state.max_body_bytes).await?;
+    let body: ForgetBody = json_body(body, state.body_limits()).await?;
     let forgotten = state
         .log
         .forget_cold_before(&topic, index, offset(body.before, "before")?)

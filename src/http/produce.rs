@@ -61,7 +61,7 @@ pub async fn events(
     topic: web::Path<String>,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
-    let events: Vec<Object<EventBody>> = json_body(body, state.max_body_bytes).await?;
+    let events: Vec<Object<EventBody>> = json_body(body, state.body_limits()).await?;
     let events: Vec<EventBody> = events.into_iter().map(|event| event.0).collect();
     let bytes = events
         .iter()
@@ -118,7 +118,7 @@ pub async fn records(
     let (topic, index) = path.into_inner();
     let index = partition(&index)?;
     state.log.partitions(&topic)?;
-    let records: Vec<Object<RecordBody>> = json_body(body, state.max_body_bytes).await?;
+    let records: Vec<Object<RecordBody>> = json_body(body, state.body_limits()).await?;
     let records: Vec<RecordBody> = records.into_iter().map(|record| record.0).collect();
     let bytes = records
         .iter()

@@ -18,18 +18,18 @@ pub const MAX_WAIT_MS: u64 = 30_000;
 /// (see [`Object`]; elements of an array body are wrapped in it).
 pub async fn json_body<T: DeserializeOwned>(
     mut payload: web::Payload,
-    limit: usize,
+    (limit, timeout): (usize, Duration),
 ) -> Result<T, ApiError> {
-    let bytes = body(&mut payload, limit).await?;
+    let bytes = body(&mut payload, limit, timeout).await?;
     parse(&bytes)
 }
 
 /// Reads an optional JSON body (an empty body is `None`).
 pub async fn optional_json_body<T: DeserializeOwned>(
     mut payload: web::Payload,
-    limit: usize,
+    (limit, timeout): (usize, Duration),
 ) -> Result<Option<T>, ApiError> {
-    let bytes = body(&mut payload, limit).await?;
+    let bytes = body(&mut payload, limit, timeout).await?;
     if bytes.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
     }
@@ -81,20 +81,40 @@ impl<'de, D: Deserializer<'de>> Deserializer<'de> for ObjectsOnly<D> {
     }
 }
 
-async fn body(payload: &mut web::Payload, limit: usize) -> Result<web::BytesMut, ApiError> {
-    let mut bytes = web::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
-        let chunk = chunk
-            .map_err(|err| ApiError::invalid_request(format!("cannot read the body: {err}")))?;
-        if bytes.len() + chunk.len() > limit {
-            return Err(ApiError::new(
-                "payload_too_large",
-                format!("the body exceeds {limit} bytes"),
-            ));
+/// The body, at most `limit` bytes, arrived within `timeout`.
+async fn body(
+    payload: &mut web::Payload,
+    limit: usize,
+    timeout: Duration,
+) -> Result<web::BytesMut, ApiError> {
+    let read = async {
+        let mut bytes = web::BytesMut::new();
+        while let Some(chunk) = payload.next().await {
+            let chunk = chunk
+                .map_err(|err| ApiError::invalid_request(format!("cannot read the body: {err}")))?;
+            if bytes.len() + chunk.len() > limit {
+                return Err(too_large(limit));
+            }
+            bytes.extend_from_slice(&chunk);
         }
-        bytes.extend_from_slice(&chunk);
-    }
-    Ok(bytes)
+        Ok(bytes)
+    };
+    actix_web::rt::time::timeout(timeout, read)
+        .await
+        .unwrap_or_else(|_| {
+            Err(ApiError::invalid_request(format!(
+                "the body did not arrive within {} ms (server.request_timeout_ms)",
+                timeout.as_millis()
+            )))
+        })
+}
+
+/// `413 payload_too_large` for a body over `limit` bytes.
+pub fn too_large(limit: usize) -> ApiError {
+    ApiError::new(
+        "payload_too_large",
+        format!("the body exceeds {limit} bytes"),
+    )
 }
 
 /// A `{partition}` path segment: a non-negative integer (`400 invalid_name` otherwise).

@@ -856,3 +856,71 @@ async fn bearer_token_is_required_except_for_healthz() {
     assert_eq!(status, 200);
     server.stop().await;
 }
+
+/// Sends `head` and then `body` over a fresh connection without finishing the body, and reads
+/// whatever the server answers (the status line's code and the JSON after the head).
+fn answer_to_unfinished_body(addr: std::net::SocketAddr, head: &str, body: &str) -> (u16, Value) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(body.as_bytes()).unwrap();
+    let mut response = Vec::new();
+    let mut buffer = [0; 4096];
+    // Until the head and a complete JSON body arrived (the server may keep the socket open).
+    loop {
+        let read = stream.read(&mut buffer).unwrap_or(0);
+        response.extend_from_slice(&buffer[..read]);
+        let text = String::from_utf8_lossy(&response).into_owned();
+        if let Some((head, json)) = text.split_once("\r\n\r\n")
+            && let Ok(json) = serde_json::from_str::<Value>(json)
+        {
+            let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+            return (status, json);
+        }
+        assert!(read > 0, "the connection closed without an answer: {text}");
+    }
+}
+
+/// A body that stops arriving (4 of 1,000 declared bytes) is answered `400 invalid_request`
+/// once `server.request_timeout_ms` passed, instead of holding the connection; a declared
+/// `Content-Length` over `server.max_body_bytes` is answered `413` before any byte is sent.
+/// Neither appends anything.
+#[actix::test]
+async fn slow_and_oversized_bodies_are_refused_without_waiting_for_them() {
+    let server = TestServer::start(|config| {
+        config.server.request_timeout_ms = 200;
+        config.server.max_body_bytes = 4096;
+        config.log.max_record_bytes = 1024;
+    });
+    let addr = server.addr;
+    let path = "/topics/slow/partitions/0/records";
+    let (status, body) = actix_web::rt::task::spawn_blocking(move || {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: 1000\r\n\r\n"
+        );
+        answer_to_unfinished_body(addr, &head, "[{\"p")
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_request");
+
+    let (status, body) = actix_web::rt::task::spawn_blocking(move || {
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+             Content-Length: 100000000\r\n\r\n"
+        );
+        answer_to_unfinished_body(addr, &head, "")
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 413, "{body}");
+    assert_eq!(body["error"]["code"], "payload_too_large");
+
+    assert!(!server.log.stores("slow", 0), "nothing was appended");
+    server.stop().await;
+}
