@@ -335,7 +335,7 @@ impl Config {
         }
         for (var, raw) in env {
             if let Some(path) = var.strip_prefix(ENV_PREFIX) {
-                let table = env_entry(&var, path, &raw)?;
+                let table = env_entry(&var, path, &raw, &schema)?;
                 overlay(&mut merged, table, &schema, &schema, "", &var)?;
             }
         }
@@ -448,12 +448,8 @@ impl Config {
                 format!("must be 1 to {MAX_BATCH_SIZE}"),
             ));
         }
-        if !(1..=self.server.max_body_bytes).contains(&log.max_record_bytes) {
-            return Err(ConfigError::invalid(
-                key("log.max_record_bytes"),
-                "must be 1 to server.max_body_bytes",
-            ));
-        }
+        // Over HTTP a record is also limited by `server.max_body_bytes`, whichever is smaller.
+        positive(&key("log.max_record_bytes"), log.max_record_bytes as u64)?;
         let retention = &topic.retention;
         if retention.max_bytes > MAX_LOG_BYTES {
             return Err(ConfigError::invalid(
@@ -638,7 +634,7 @@ fn overlay(
 
 /// Turns `DURABILITY__SECTION__KEY=raw` into a one-key table. The
 /// value is read as a TOML value (`1`, `true`) when it parses as one, else as a string.
-fn env_entry(var: &str, path: &str, raw: &str) -> Result<Table, ConfigError> {
+fn env_entry(var: &str, path: &str, raw: &str, schema: &Table) -> Result<Table, ConfigError> {
     let parts: Vec<String> = path.split("__").map(str::to_ascii_lowercase).collect();
     let [section, key] = parts.as_slice() else {
         return Err(ConfigError::UnknownKey {
@@ -648,11 +644,21 @@ fn env_entry(var: &str, path: &str, raw: &str) -> Result<Table, ConfigError> {
             ),
         });
     };
-    let value = format!("v = {raw}")
-        .parse::<Table>()
-        .ok()
-        .and_then(|mut table| table.remove("v"))
-        .unwrap_or_else(|| Value::String(raw.to_owned()));
+    // A setting that is a string takes the text as it is (a token `123456` or a bucket `2024`
+    // stays a string); any other is read as a TOML value, and as a string if it is not one.
+    let is_string = matches!(
+        schema.get(section).and_then(|keys| keys.get(key)),
+        Some(Value::String(_))
+    );
+    let value = if is_string {
+        Value::String(raw.to_owned())
+    } else {
+        format!("v = {raw}")
+            .parse::<Table>()
+            .ok()
+            .and_then(|mut table| table.remove("v"))
+            .unwrap_or_else(|| Value::String(raw.to_owned()))
+    };
     let mut inner = Table::new();
     inner.insert(key.clone(), value);
     let mut table = Table::new();

@@ -253,3 +253,50 @@ fn cold_kinds_open_their_stores() {
     ]);
     assert!(s3.is_some());
 }
+
+/// A setting that is a string takes an environment variable's text as it is, whatever TOML
+/// would make of it, so a numeric token or bucket name starts the server.
+#[test]
+fn string_settings_take_environment_text_as_is() {
+    for token in ["123456", "true", "inf", "1.5", "[1]"] {
+        let config = Config::from_sources(
+            None,
+            env(&[
+                ("DURABILITY__SERVER__AUTH_TOKEN", token),
+                ("DURABILITY__COLD__S3_BUCKET", "2024"),
+                ("DURABILITY__COLD__S3_SECRET_KEY", token),
+            ]),
+        )
+        .unwrap_or_else(|err| panic!("{token}: {err}"));
+        assert_eq!(config.server.auth_token, token);
+        assert_eq!(config.cold.s3_secret_key, token);
+        assert_eq!(config.cold.s3_bucket, "2024");
+    }
+}
+
+/// An error about another setting never shows a secret's value.
+#[test]
+fn configuration_errors_do_not_echo_secrets() {
+    let err = Config::from_sources(
+        None,
+        env(&[
+            ("DURABILITY__SERVER__AUTH_TOKEN", "s3cr3t-t0ken"),
+            ("DURABILITY__COLD__S3_SECRET_KEY", "s3cr3t-key"),
+            ("DURABILITY__SERVER__MAX_BODY_BYTES", "lots"),
+        ]),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("server.max_body_bytes"), "{err}");
+    assert!(!err.contains("s3cr3t"), "{err}");
+}
+
+/// A body limit below the record limit starts: over HTTP, records are limited by whichever
+/// is smaller.
+#[test]
+fn a_body_limit_below_the_record_limit_starts() {
+    let config =
+        Config::from_sources(None, env(&[("DURABILITY__SERVER__MAX_BODY_BYTES", "1024")])).unwrap();
+    assert_eq!(config.server.max_body_bytes, 1024);
+    assert!(config.log.max_record_bytes > 1024);
+}
