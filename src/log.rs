@@ -122,6 +122,7 @@ impl LogBuilder {
         let flush_counters = Arc::new(ColdFlushCounters::default());
         let counters = Arc::new(PartitionCounters::default());
         let addresses = Arc::new(Addresses::default());
+        let waits_released = Arc::new(WaitsReleased::default());
         // The registry's dead-letter sinks append through a `Log` on the registry's own address.
         let registry = PartitionRegistry::create(|ctx| {
             let log = Log {
@@ -133,6 +134,7 @@ impl LogBuilder {
                     flush_counters: flush_counters.clone(),
                     counters: counters.clone(),
                     volumes: volumes.clone(),
+                    waits_released: waits_released.clone(),
                     addresses: addresses.clone(),
                 }),
             };
@@ -169,6 +171,7 @@ impl LogBuilder {
                 flush_counters,
                 counters,
                 volumes,
+                waits_released,
                 addresses,
             }),
         })
@@ -190,6 +193,8 @@ struct Inner {
     counters: Arc<PartitionCounters>,
     /// The log's volumes, for what asks all of them (the topic list).
     volumes: Arc<Volumes>,
+    /// Set when long-polls must answer at once (shutdown), shared by every handle.
+    waits_released: Arc<WaitsReleased>,
     /// Partitions' actors as last located, so a call goes straight to the partition instead
     /// of asking the registry first (a round trip to its thread).
     addresses: Arc<Addresses>,
@@ -464,6 +469,7 @@ impl Log {
         let signal = self.inner.signals.partition(&id);
         until_records(
             &signal,
+            &self.inner.waits_released,
             wait,
             async || self.read(topic, partition, from, limit).await,
             |page| !page.records.is_empty(),
@@ -499,9 +505,13 @@ impl Log {
             }
             Ok(pages)
         };
-        until_records(&signal, wait, read_all, |pages: &Vec<Page>| {
-            pages.iter().any(|page| !page.records.is_empty())
-        })
+        until_records(
+            &signal,
+            &self.inner.waits_released,
+            wait,
+            read_all,
+            |pages: &Vec<Page>| pages.iter().any(|page| !page.records.is_empty()),
+        )
         .await
     }
 
@@ -863,12 +873,21 @@ impl Log {
         Ok(self.inner.registry.send(RunningPartitions).await?)
     }
 
-    /// Stops every partition after the commits already queued finish, closing the databases.
+    /// Answers waiting long-polls ([`release_waits`](Self::release_waits)), then stops every
+    /// partition after the commits already queued finish, and closes the volumes.
     ///
     /// # Errors
     /// `unavailable` when the registry is gone.
     pub async fn shutdown(&self) -> Result<(), Error> {
+        self.release_waits();
         Ok(self.inner.registry.send(Shutdown).await?)
+    }
+
+    /// Answers every waiting long-poll now, with what it has (an empty page when nothing came),
+    /// and every later one without waiting: the first step of a shutdown, so that requests in
+    /// flight finish at once.
+    pub fn release_waits(&self) {
+        self.inner.waits_released.release();
     }
 
     fn leasing_partition(
@@ -898,6 +917,7 @@ fn not_held(batch_id: &str) -> Error {
 /// registered before each read, so a commit between the read and the wait still wakes it.
 async fn until_records<T>(
     signal: &tokio::sync::Notify,
+    released: &WaitsReleased,
     wait: Duration,
     mut read: impl AsyncFnMut() -> Result<T, Error>,
     found: impl Fn(&T) -> bool,
@@ -905,15 +925,42 @@ async fn until_records<T>(
     let deadline = Instant::now() + wait;
     loop {
         let appended = signal.notified();
-        tokio::pin!(appended);
+        let stopping = released.notify.notified();
+        tokio::pin!(appended, stopping);
         appended.as_mut().enable();
+        stopping.as_mut().enable();
         let answer = read().await?;
         let remaining = deadline.saturating_duration_since(Instant::now());
-        if found(&answer) || remaining.is_zero() {
+        if found(&answer) || remaining.is_zero() || released.is_set() {
             return Ok(answer);
         }
         // Woken or timed out, read again: after the deadline that read is the answer.
-        let _ = actix::clock::timeout(remaining, appended).await;
+        let _ = actix::clock::timeout(remaining, async {
+            tokio::select! {
+                () = appended => {}
+                () = stopping => {}
+            }
+        })
+        .await;
+    }
+}
+
+/// Whether long-polls must answer at once, and their wake-up when that starts.
+#[derive(Default)]
+struct WaitsReleased {
+    released: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl WaitsReleased {
+    fn is_set(&self) -> bool {
+        self.released.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn release(&self) {
+        self.released
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        self.notify.notify_waiters();
     }
 }
 

@@ -142,8 +142,9 @@ fn raise_fd_limit() {
     }
 }
 
-/// Serves until a shutdown signal: SIGTERM and Ctrl-C stop accepting connections, let
-/// in-flight requests finish, then commit what the partitions have queued and close them.
+/// Serves until a shutdown signal: SIGTERM and Ctrl-C alike stop accepting connections, answer
+/// waiting long-polls at once, let the requests in flight finish (at most [`SHUTDOWN_GRACE`]),
+/// then commit what the partitions have queued and close the volumes.
 async fn serve(config: Config) -> std::io::Result<()> {
     let log = Log::open(config.clone()).map_err(|err| std::io::Error::other(err.to_string()))?;
     warn_if_cold_store_unreachable(&config).await;
@@ -164,11 +165,49 @@ async fn serve(config: Config) -> std::io::Result<()> {
         // Printed whatever RUST_LOG says, so scripts can find the port that was picked.
         println!("listening on http://{address}");
     }
-    let result = server.shutdown_timeout(30).run().await;
+    let server = server
+        .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
+        .disable_signals()
+        .run();
+    let handle = server.handle();
+    let stopper = log.clone();
+    actix_web::rt::spawn(async move {
+        shutdown_signal().await;
+        log::info!("stopping: answering long-polls, finishing the requests in flight");
+        stopper.release_waits();
+        handle.stop(true).await;
+    });
+    let result = server.await;
     if let Err(err) = log.shutdown().await {
         log::error!("closing the partitions: {err}");
     }
     result
+}
+
+/// The longest a shutdown waits for requests in flight (long-polls answer at once) before it
+/// drops their connections.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The first SIGINT (Ctrl-C) or SIGTERM: both stop the server gracefully.
+async fn shutdown_signal() {
+    use actix_web::rt::signal;
+    #[cfg(unix)]
+    {
+        match signal::unix::signal(signal::unix::SignalKind::terminate()) {
+            Ok(mut terminate) => {
+                tokio::select! {
+                    _ = signal::ctrl_c() => {}
+                    _ = terminate.recv() => {}
+                }
+            }
+            Err(err) => {
+                log::warn!("cannot listen for SIGTERM, only Ctrl-C stops the server: {err}");
+                let _ = signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = signal::ctrl_c().await;
 }
 
 /// The server starts without its cold store (hot data keeps flowing); it says so.

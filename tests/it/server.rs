@@ -62,9 +62,14 @@ impl ServerProcess {
     }
 
     /// Sends SIGTERM and waits (bounded) for the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
+    fn terminate(self) -> std::process::ExitStatus {
+        self.signal("TERM")
+    }
+
+    /// Sends the signal `name` (`TERM`, `INT`) and waits (bounded) for the exit status.
+    fn signal(mut self, name: &str) -> std::process::ExitStatus {
         let sent = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{name}"), &self.child.id().to_string()])
             .status()
             .unwrap();
         assert!(sent.success());
@@ -75,7 +80,7 @@ impl ServerProcess {
             }
             assert!(
                 Instant::now() < deadline,
-                "server did not stop after SIGTERM"
+                "server did not stop after SIG{name}"
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -101,6 +106,50 @@ fn binary_serves_healthz_and_stops_on_sigterm() {
     assert_eq!(body, serde_json::json!({"status": "ok"}));
     let status = server.terminate();
     assert!(status.success(), "exit status {status:?}");
+}
+
+/// SIGINT (Ctrl-C) and SIGTERM both stop the server gracefully: a long-poll waiting 30 s is
+/// answered at once with an empty page instead of being cut off, and the process exits with
+/// success before that long-poll's wait would have ended.
+#[test]
+fn a_shutdown_signal_answers_waiting_long_polls_and_exits() {
+    for signal in ["INT", "TERM"] {
+        let server = ServerProcess::start();
+        let address = server.address.clone();
+        let poll = std::thread::spawn(move || {
+            let mut stream = TcpStream::connect(&address).unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(60)))
+                .unwrap();
+            stream
+                .write_all(
+                    b"GET /topics/quiet/partitions/0/records?from=0&waitMs=30000 HTTP/1.1\r\n\
+                      Host: test\r\nConnection: close\r\n\r\n",
+                )
+                .unwrap();
+            let mut response = String::new();
+            let _ = stream.read_to_string(&mut response);
+            response
+        });
+        // Long enough for the poll to be waiting; it is answered either way, so not a race
+        // that can make this pass wrongly.
+        std::thread::sleep(Duration::from_millis(500));
+        let started = Instant::now();
+        let status = server.signal(signal);
+        assert!(status.success(), "SIG{signal}: exit status {status:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(25),
+            "SIG{signal} waited for the long-poll"
+        );
+        let response = poll.join().unwrap();
+        assert!(
+            response.starts_with("HTTP/1.1 200"),
+            "SIG{signal}: {response:?}"
+        );
+        let body: serde_json::Value =
+            serde_json::from_str(response.split_once("\r\n\r\n").unwrap().1).unwrap();
+        assert_eq!(body["records"], serde_json::json!([]), "SIG{signal}");
+    }
 }
 
 /// A bad value in the environment stops the binary before it listens, naming the key.
