@@ -77,11 +77,18 @@ impl ResponseError for ApiError {
         error.insert("message".into(), json!(self.message));
         error.extend(self.details.clone());
         let mut response = HttpResponse::build(self.status_code());
-        if self.code == "overloaded" {
-            response.insert_header((
-                actix_web::http::header::RETRY_AFTER,
-                OVERLOADED_RETRY_AFTER_SECS,
-            ));
+        match self.code {
+            "overloaded" => {
+                response.insert_header((
+                    actix_web::http::header::RETRY_AFTER,
+                    OVERLOADED_RETRY_AFTER_SECS,
+                ));
+            }
+            // RFC 9110: a 401 names the scheme that would be accepted.
+            "unauthorized" => {
+                response.insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
+            }
+            _ => {}
         }
         response.json(json!({ "error": error }))
     }

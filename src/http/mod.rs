@@ -81,6 +81,7 @@ pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web:
     move |cfg| {
         cfg.app_data(web::Data::new(HttpState::with_metrics(log, metrics)));
         cfg.route("/healthz", web::get().to(operations::healthz));
+        cfg.route("/healthz", web::head().to(operations::healthz));
         cfg.service(
             web::scope("")
                 .wrap(from_fn(refuse_declared_oversize))
@@ -127,7 +128,7 @@ async fn authenticate(
             .headers()
             .get(actix_web::http::header::AUTHORIZATION)
             .and_then(|value| value.to_str().ok())
-            .and_then(|value| value.strip_prefix("Bearer "))
+            .and_then(bearer_token)
             .unwrap_or("");
         if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
             let response =
@@ -159,6 +160,15 @@ async fn refuse_declared_oversize(
     Ok(next.call(request).await?.map_into_left_body())
 }
 
+/// The token of an `Authorization: Bearer <token>` value; the scheme's case does not matter
+/// (RFC 9110).
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim_start())
+}
+
 /// Compares without stopping at the first difference (only the length leaks).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
@@ -171,6 +181,17 @@ async fn not_found() -> HttpResponse {
 #[cfg(test)]
 mod tests {
     use super::constant_time_eq;
+
+    /// The bearer scheme is matched whatever its case; other schemes give no token.
+    #[test]
+    fn bearer_scheme_is_case_insensitive() {
+        use super::bearer_token;
+        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("bearer abc"), Some("abc"));
+        assert_eq!(bearer_token("BEARER abc"), Some("abc"));
+        assert_eq!(bearer_token("Basic abc"), None);
+        assert_eq!(bearer_token("Bearer"), None);
+    }
 
     /// Equal tokens match; any difference, including length, does not.
     #[test]

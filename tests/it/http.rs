@@ -804,9 +804,10 @@ async fn topics_and_topic_detail() {
     server.stop().await;
 }
 
-/// With an auth token, every endpoint but `/healthz` needs `Authorization: Bearer <token>`:
-/// none or a wrong one is `401 unauthorized` in the JSON error shape (and writes nothing),
-/// the right one is served.
+/// With an auth token, every endpoint but `/healthz` (GET or HEAD) needs `Authorization:
+/// Bearer <token>` (the scheme in any case): none or a wrong one is `401 unauthorized` in the
+/// JSON error shape with `WWW-Authenticate: Bearer` (and writes nothing), the right one is
+/// served.
 #[actix::test]
 async fn bearer_token_is_required_except_for_healthz() {
     let mut server = TestServer::start(|config| config.server.auth_token = "s3cret".into());
@@ -830,23 +831,44 @@ async fn bearer_token_is_required_except_for_healthz() {
     assert_eq!(status, 401, "{body}");
     assert_eq!(body["error"]["code"], json!("unauthorized"));
     assert!(!server.log.stores("events", 0));
-    // Not the Bearer scheme.
+    // Raw requests: the whole answer, head included.
     let addr = server.addr;
-    let (status, _) = actix_web::rt::task::spawn_blocking(move || {
-        use std::io::{Read, Write};
-        let mut stream = std::net::TcpStream::connect(addr).unwrap();
-        stream
-            .write_all(
-                b"GET /topics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic s3cret\r\nConnection: close\r\n\r\n",
-            )
-            .unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        (response.split(' ').nth(1).unwrap().to_owned(), response)
-    })
+    let raw = move |request: String| {
+        actix_web::rt::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            stream.write_all(request.as_bytes()).unwrap();
+            let mut response = String::new();
+            stream.read_to_string(&mut response).unwrap();
+            response
+        })
+    };
+    let request = |method: &str, path: &str, authorization: &str| {
+        format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{authorization}Connection: close\r\n\r\n")
+    };
+    // Not the Bearer scheme: 401, which names the scheme that would do.
+    let response = raw(request("GET", "/topics", "Authorization: Basic s3cret\r\n"))
+        .await
+        .unwrap();
+    assert!(response.starts_with("HTTP/1.1 401"), "{response}");
+    assert!(
+        response
+            .to_ascii_lowercase()
+            .contains("\r\nwww-authenticate: bearer\r\n"),
+        "{response}"
+    );
+    // The scheme's case does not matter.
+    let response = raw(request(
+        "GET",
+        "/topics",
+        "Authorization: bearer s3cret\r\n",
+    ))
     .await
     .unwrap();
-    assert_eq!(status, "401");
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    // HEAD /healthz needs no token either.
+    let response = raw(request("HEAD", "/healthz", "")).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
 
     server.token = Some("s3cret".into());
     let (status, body) = server.get("/topics").await;
