@@ -63,6 +63,7 @@ impl ResponseError for ApiError {
             | "invalid_offset" => StatusCode::BAD_REQUEST,
             "unauthorized" => StatusCode::UNAUTHORIZED,
             "unknown_partition" | "not_found" => StatusCode::NOT_FOUND,
+            "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
             "lease_not_held" | "leases_disabled" => StatusCode::CONFLICT,
             "log_truncated" => StatusCode::GONE,
             "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,

@@ -17,7 +17,8 @@ mod schema;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
-use actix_web::middleware::{Next, from_fn};
+use actix_web::http::StatusCode;
+use actix_web::middleware::{ErrorHandlerResponse, ErrorHandlers, Next, from_fn};
 use actix_web::{HttpResponse, ResponseError, web};
 
 pub use error::ApiError;
@@ -85,30 +86,30 @@ pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web:
         cfg.service(
             web::scope("")
                 .wrap(from_fn(refuse_declared_oversize))
+                .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed))
                 .wrap(from_fn(authenticate))
                 .wrap(from_fn(metrics::observe))
-                .route("/metrics", web::get().to(metrics::metrics))
-                .route("/openapi.json", web::get().to(openapi::openapi))
-                .route("/topics", web::get().to(operations::topics))
-                .route("/topics/{topic}", web::get().to(operations::topic))
-                .route("/topics/{topic}/records", web::post().to(produce::events))
-                .route("/topics/{topic}/partitions/{partition}/records", web::post().to(produce::records))
-                .route("/topics/{topic}/partitions/{partition}/records", web::get().to(consume::read))
-                .route("/topics/{topic}/groups/{group}/poll", web::get().to(consume::poll))
-                .route("/topics/{topic}/groups/{group}/commit", web::post().to(consume::commit))
-                .route("/topics/{topic}/partitions/{partition}/cursors", web::get().to(consume::cursors))
-                .route("/topics/{topic}/partitions/{partition}/cursors/{group}", web::put().to(consume::put_cursor))
-                .route("/topics/{topic}/partitions/{partition}/cursors/{group}", web::delete().to(consume::delete_cursor))
-                .route("/topics/{topic}/groups/{group}/leases", web::post().to(leases::claim_any))
-                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases", web::post().to(leases::claim))
-                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases", web::get().to(leases::list))
-                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batch_id}/ack", web::post().to(leases::ack))
-                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batch_id}/nack", web::post().to(leases::nack))
-                .route("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batch_id}/extend", web::post().to(leases::extend))
-                .route("/topics/{topic}/partitions/{partition}/bounds", web::get().to(operations::bounds))
-                .route("/topics/{topic}/partitions/{partition}/load", web::get().to(operations::load))
-                .route("/topics/{topic}/partitions/{partition}/trim", web::post().to(operations::trim))
-                .route("/topics/{topic}/partitions/{partition}/cold/forget", web::post().to(operations::forget_cold))
+                // One resource per path, so a known path with a method it does not serve is
+                // answered 405 with `Allow` (a route per method would answer 404).
+                .service(web::resource("/metrics").get(metrics::metrics))
+                .service(web::resource("/openapi.json").get(openapi::openapi))
+                .service(web::resource("/topics").get(operations::topics))
+                .service(web::resource("/topics/{topic}").get(operations::topic))
+                .service(web::resource("/topics/{topic}/records").post(produce::events))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/records").post(produce::records).get(consume::read))
+                .service(web::resource("/topics/{topic}/groups/{group}/poll").get(consume::poll))
+                .service(web::resource("/topics/{topic}/groups/{group}/commit").post(consume::commit))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/cursors").get(consume::cursors))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/cursors/{group}").put(consume::put_cursor).delete(consume::delete_cursor))
+                .service(web::resource("/topics/{topic}/groups/{group}/leases").post(leases::claim_any))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/groups/{group}/leases").post(leases::claim).get(leases::list))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batch_id}/ack").post(leases::ack))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batch_id}/nack").post(leases::nack))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batch_id}/extend").post(leases::extend))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/bounds").get(operations::bounds))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/load").get(operations::load))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/trim").post(operations::trim))
+                .service(web::resource("/topics/{topic}/partitions/{partition}/cold/forget").post(operations::forget_cold))
                 .default_service(web::to(not_found)),
         );
     }
@@ -172,6 +173,27 @@ fn bearer_token(value: &str) -> Option<&str> {
 /// Compares without stopping at the first difference (only the length leaks).
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
+}
+
+/// actix-web answers a known path's unserved method `405` with `Allow` and no body: give it
+/// the contract's error shape, keeping `Allow`.
+fn method_not_allowed<B>(
+    response: ServiceResponse<B>,
+) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let (request, answered) = response.into_parts();
+    let mut shaped = ApiError::new(
+        "method_not_allowed",
+        format!("{} is not served on this path", request.method()),
+    )
+    .error_response();
+    if let Some(allow) = answered.headers().get(actix_web::http::header::ALLOW) {
+        shaped
+            .headers_mut()
+            .insert(actix_web::http::header::ALLOW, allow.clone());
+    }
+    Ok(ErrorHandlerResponse::Response(
+        ServiceResponse::new(request, shaped).map_into_right_body(),
+    ))
 }
 
 async fn not_found() -> HttpResponse {

@@ -438,10 +438,11 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// A stable snake_case code. `400`: `invalid_request`, `invalid_name`,
     /// `batch_too_large`, `record_too_large`, `invalid_offset`. `401`: `unauthorized`. `404`:
-    /// `unknown_partition`, `not_found`. `409`: `lease_not_held`, `leases_disabled`. `410`:
-    /// `log_truncated`. `413`: `payload_too_large`. `500`: `corrupted` (the partition's files are
-    /// damaged: it refuses writes; retrying does not help). `503`: `overloaded` (definite:
-    /// nothing changed, retry after `Retry-After`), `unavailable`.
+    /// `unknown_partition`, `not_found`. `405`: `method_not_allowed` (with `Allow`). `409`:
+    /// `lease_not_held`, `leases_disabled`. `410`: `log_truncated`. `413`: `payload_too_large`.
+    /// `500`: `corrupted` (the partition's files are damaged: it refuses writes; retrying does
+    /// not help). `503`: `overloaded` (definite: nothing changed, retry after `Retry-After`),
+    /// `unavailable`.
     #[schema(example = "invalid_request")]
     code: String,
     /// Human-readable text.

@@ -946,3 +946,55 @@ async fn slow_and_oversized_bodies_are_refused_without_waiting_for_them() {
     assert!(!server.log.stores("slow", 0), "nothing was appended");
     server.stop().await;
 }
+
+/// A known path with a method it does not serve answers `405 method_not_allowed` with `Allow`
+/// naming the methods it does serve; an unknown path stays `404 not_found`.
+#[actix::test]
+async fn a_wrong_method_on_a_known_path_is_405_with_allow() {
+    let server = TestServer::start(|_| {});
+    let addr = server.addr;
+    let exchange = move |method: &'static str, path: &'static str| {
+        actix_web::rt::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut stream = std::net::TcpStream::connect(addr).unwrap();
+            let request = format!(
+                "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+            stream.write_all(request.as_bytes()).unwrap();
+            let mut response = String::new();
+            stream.read_to_string(&mut response).unwrap();
+            let (head, body) = response.split_once("\r\n\r\n").unwrap();
+            let allow = head
+                .lines()
+                .find_map(|line| {
+                    let (name, value) = line.split_once(':')?;
+                    name.eq_ignore_ascii_case("allow")
+                        .then(|| value.trim().to_owned())
+                })
+                .unwrap_or_default();
+            let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
+            (
+                status,
+                allow,
+                serde_json::from_str::<Value>(body).unwrap_or(Value::Null),
+            )
+        })
+    };
+    let (status, allow, body) = exchange("DELETE", "/topics/t/partitions/0/records")
+        .await
+        .unwrap();
+    assert_eq!(status, 405, "{body}");
+    assert_eq!(body["error"]["code"], json!("method_not_allowed"), "{body}");
+    let mut methods: Vec<&str> = allow.split(',').map(str::trim).collect();
+    methods.sort_unstable();
+    assert_eq!(methods, ["GET", "POST"]);
+
+    let (status, allow, _) = exchange("GET", "/topics/t/records").await.unwrap();
+    assert_eq!((status, allow.as_str()), (405, "POST"));
+
+    let (status, _, body) = exchange("GET", "/no/such/path").await.unwrap();
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["code"], json!("not_found"));
+    assert!(!server.log.stores("t", 0));
+    server.stop().await;
+}
