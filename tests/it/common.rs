@@ -85,12 +85,66 @@ impl ReadNow for LogStore {
     }
 }
 
-/// The S3-compatible server the cold-tier tests use, started by `scripts/test`.
+/// The S3-compatible server the cold-tier tests use: the one `scripts/test` started
+/// (`DURABILITY_TEST_S3_ENDPOINT`), or else one this test process starts for itself with
+/// `scripts/s3-server` (installing it on first use), which dies with the process.
 pub fn s3_endpoint() -> String {
-    std::env::var("DURABILITY_TEST_S3_ENDPOINT").expect(
-        "DURABILITY_TEST_S3_ENDPOINT is not set: run the tests with scripts/test, which starts \
-         an S3-compatible server on 127.0.0.1",
-    )
+    static ENDPOINT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    ENDPOINT
+        .get_or_init(|| {
+            std::env::var("DURABILITY_TEST_S3_ENDPOINT").unwrap_or_else(|_| start_s3_server())
+        })
+        .clone()
+}
+
+/// Starts `scripts/s3-server` on a free port and waits until it listens.
+fn start_s3_server() -> String {
+    use std::os::unix::process::CommandExt;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free port")
+        .port();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/s3-server");
+    let mut command = std::process::Command::new(&script);
+    command
+        .arg(port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: prctl only asks the kernel to kill the child when this process dies.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    // PR_SET_PDEATHSIG follows the thread that spawned the child, so that thread lives as long
+    // as this process.
+    let (spawned, child) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = spawned.send(command.spawn());
+        loop {
+            std::thread::park();
+        }
+    });
+    let mut child = child
+        .recv()
+        .expect("the spawning thread answers")
+        .unwrap_or_else(|err| panic!("cannot start {}: {err}", script.display()));
+    // Long enough for a first run to install moto.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("{} stopped ({status}) before listening", script.display());
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the S3 server did not listen within 300 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // Dies with this process (above); the handle is not needed.
+    std::mem::forget(child);
+    format!("http://127.0.0.1:{port}")
 }
 
 /// A new, empty bucket on the test S3 server, and the settings that reach it.
