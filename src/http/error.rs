@@ -97,7 +97,7 @@ impl ResponseError for ApiError {
 
 impl From<Error> for ApiError {
     fn from(err: Error) -> Self {
-        let base = Self::new(err.code(), error_text(&err));
+        let base = Self::new(err.code(), crate::error::with_causes(&err));
         match &err {
             Error::Store(StoreError::Truncated {
                 requested_offset,
@@ -123,18 +123,6 @@ impl From<AppendRejection> for ApiError {
     fn from(rejection: AppendRejection) -> Self {
         Self::new(rejection.code(), rejection.to_string())
     }
-}
-
-/// The error's message followed by its causes, so a 503 says what failed.
-fn error_text(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

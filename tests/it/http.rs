@@ -918,28 +918,21 @@ async fn slow_and_oversized_bodies_are_refused_without_waiting_for_them() {
         config.log.max_record_bytes = 1024;
     });
     let addr = server.addr;
-    let path = "/topics/slow/partitions/0/records";
-    let (status, body) = actix_web::rt::task::spawn_blocking(move || {
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: 1000\r\n\r\n"
-        );
-        answer_to_unfinished_body(addr, &head, "[{\"p")
-    })
-    .await
-    .unwrap();
+    // A POST of `body` to a partition's records, declaring `declared` bytes.
+    let post = |declared: usize, body: &'static str| {
+        actix_web::rt::task::spawn_blocking(move || {
+            let head = format!(
+                "POST /topics/slow/partitions/0/records HTTP/1.1\r\nHost: x\r\n\
+                 Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n"
+            );
+            answer_to_unfinished_body(addr, &head, body)
+        })
+    };
+    let (status, body) = post(1000, "[{\"p").await.unwrap();
     assert_eq!(status, 400, "{body}");
     assert_eq!(body["error"]["code"], "invalid_request");
 
-    let (status, body) = actix_web::rt::task::spawn_blocking(move || {
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
-             Content-Length: 100000000\r\n\r\n"
-        );
-        answer_to_unfinished_body(addr, &head, "")
-    })
-    .await
-    .unwrap();
+    let (status, body) = post(100_000_000, "").await.unwrap();
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["error"]["code"], "payload_too_large");
 
