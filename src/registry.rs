@@ -438,15 +438,17 @@ impl PartitionRegistry {
         };
         let dead_letter = (self.dead_letter_for)(id.topic());
         let options = self.store_options(id, dead_letter.is_some());
+        // With room to spare a write adds the partition in the same lookup; when room must be
+        // made first, it looks without adding, so a write refused for want of room adds nothing.
+        let full = self.running.len() >= self.max_open;
         let mut found = self
             .volumes
-            .open_store(id, &options, false)
+            .open_store(id, &options, create && !full)
             .map_err(unavailable)?;
         if found.is_none() && !create {
             return Ok(None);
         }
-        // Before a partition is added: a write refused for want of room adds nothing.
-        if self.running.len() >= self.max_open {
+        if full {
             self.make_room(id, ctx)?;
         }
         if found.is_none() {

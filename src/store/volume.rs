@@ -363,13 +363,17 @@ impl Shared {
 
     /// Marks the volume damaged, logging it once, and answers the error its callers get.
     fn mark_damaged(&self, cause: String) -> StoreError {
-        let reason = format!("the volume {} is damaged: {cause}", self.path.display());
-        if self.damaged.set(reason.clone()).is_ok() {
+        let mut first = false;
+        let reason = self.damaged.get_or_init(|| {
+            first = true;
+            format!("the volume {} is damaged: {cause}", self.path.display())
+        });
+        if first {
             log::error!("{reason}; its partitions refuse writes from now on");
         }
-        self.check_intact()
-            .err()
-            .unwrap_or(StoreError::Corrupted { reason })
+        StoreError::Corrupted {
+            reason: reason.clone(),
+        }
     }
 
     /// `err`, or `corrupted` when SQLite found the files malformed (the volume is then marked
@@ -720,10 +724,10 @@ impl Shared {
     }
 
     fn commit_group(&self, writer: &mut Writer, group: Vec<AppendRequest>) {
-        if let Err(refused) = self.check_intact() {
+        if let Some(reason) = self.damaged.get() {
             for request in group {
                 (request.reply)(Err(StoreError::Corrupted {
-                    reason: refused.to_string(),
+                    reason: reason.clone(),
                 }));
             }
             return;
