@@ -6,8 +6,8 @@
 //! - events counted as they happen: the produce and read handlers count records and bytes, and
 //!   a middleware times every request ([`Metrics::appended`], [`Metrics::records_read`],
 //!   [`Metrics::request`]);
-//! - the log's state now, refreshed from [`Log`] at each scrape ([`Metrics::refresh`]):
-//!   consumer lag and lease counts;
+//! - the groups' positions, read from the open partitions at each scrape
+//!   ([`Metrics::refresh`]) and kept for closed ones: consumer lag and lease counts;
 //! - cold flushes, which the stores count themselves in a
 //!   [`ColdFlushCounters`] shared by every partition (the store knows nothing of HTTP), copied
 //!   in by [`Metrics::render`].
@@ -17,8 +17,8 @@
 //! | `durability_appended_records_total` | counter | `topic` |
 //! | `durability_appended_bytes_total` | counter (payload bytes) | `topic` |
 //! | `durability_read_records_total` | counter | `topic` |
-//! | `durability_consumer_lag` | gauge (`nextOffset - cursor`) | `topic`, `partition`, `group` |
-//! | `durability_leases` | gauge (lease rows) | `topic`, `partition`, `group`, `state` |
+//! | `durability_consumer_lag` | gauge (`nextOffset - cursor`, or `- first leased offset`) | `topic`, `partition`, `group` |
+//! | `durability_leases` | gauge (lease rows; groups that lease only) | `topic`, `partition`, `group`, `state` |
 //! | `durability_cold_flushes_total` | counter | `result` (`ok`, `error`) |
 //! | `durability_http_request_duration_seconds` | histogram | `method`, `route`, `status` |
 //! | `durability_open_partitions` | gauge | |
@@ -53,8 +53,7 @@ pub struct Metrics {
 struct Inner {
     registry: Registry,
     topics: TopicCounters,
-    consumer_lag: IntGaugeVec,
-    leases: IntGaugeVec,
+    groups: GroupGauges,
     cold_flushes: IntCounterVec,
     request_duration: HistogramVec,
     open_partitions: IntGauge,
@@ -78,32 +77,9 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
-/// The lease states, in the order of [`state_index`].
-const LEASE_STATES: [LeaseState; 4] = [
-    LeaseState::Active,
-    LeaseState::Pending,
-    LeaseState::Acked,
-    LeaseState::Skipped,
-];
-
-fn state_index(state: LeaseState) -> usize {
-    match state {
-        LeaseState::Active => 0,
-        LeaseState::Pending => 1,
-        LeaseState::Acked => 2,
-        LeaseState::Skipped => 3,
-    }
-}
-
-/// One group's position in one partition, as a scrape found it.
-struct GroupState {
-    topic: String,
-    partition: String,
-    group: String,
-    lag: u64,
-    /// Lease rows per state (see [`LEASE_STATES`]); `None` when the topic has no leases.
-    leases: Option<[u64; 4]>,
-}
+/// Request-duration buckets past Prometheus' defaults (5 ms to 10 s), up beyond the longest
+/// long-poll ([`MAX_WAIT_MS`], 30 s), so that a long-poll lands in a bucket of its own.
+const LONG_BUCKETS: [f64; 3] = [20.0, 40.0, 60.0];
 
 impl Metrics {
     /// Fresh metrics, all zero, reading cold flushes from `flush_counters`
@@ -126,26 +102,7 @@ impl Metrics {
         let counter = |name: &str, help: &str| register(&registry, IntCounter::new(name, help));
         let inner = Inner {
             topics: register(&registry, Ok(TopicCounters::default())),
-            consumer_lag: register(
-                &registry,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "durability_consumer_lag",
-                        "Records between a group's cursor and the partition's next offset.",
-                    ),
-                    &["topic", "partition", "group"],
-                ),
-            ),
-            leases: register(
-                &registry,
-                IntGaugeVec::new(
-                    Opts::new(
-                        "durability_leases",
-                        "Lease rows of a group in a partition, per state.",
-                    ),
-                    &["topic", "partition", "group", "state"],
-                ),
-            ),
+            groups: register(&registry, Ok(GroupGauges::default())),
             cold_flushes: register(
                 &registry,
                 IntCounterVec::new(
@@ -162,6 +119,13 @@ impl Metrics {
                     HistogramOpts::new(
                         "durability_http_request_duration_seconds",
                         "Time to answer an HTTP request (long-poll waits included), per route.",
+                    )
+                    .buckets(
+                        prometheus::DEFAULT_BUCKETS
+                            .iter()
+                            .chain(&LONG_BUCKETS)
+                            .copied()
+                            .collect(),
                     ),
                     &["method", "route", "status"],
                 ),
@@ -225,39 +189,20 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Refills the consumer-lag and lease gauges from `log`: one series per cursor of every
-    /// written partition of every written topic, and its lease rows per state when the topic
-    /// has leases. A partition that cannot be read is left out of this scrape (and logged).
-    ///
-    /// Asks every written partition's actor (starting stopped ones, and keeping them from
-    /// idling while scrapes come more often than `partitions.idle_stop_ms`).
+    /// Refreshes the consumer-lag and lease gauges of the open partitions from `log`. A
+    /// scrape reads their stores directly: it never opens a partition nor keeps one from
+    /// stopping. A stopped partition keeps the values it showed last (nothing changes them
+    /// while it is stopped); after a restart, its series come back when it is next opened. A
+    /// partition that cannot be read keeps its previous values (and is logged).
     pub async fn refresh(&self, log: &Log) {
-        let groups = match collect_groups(log).await {
-            Ok(groups) => groups,
-            Err(err) => {
-                log::warn!("metrics: cannot list the topics: {err}");
-                Vec::new()
+        match collect_groups(log).await {
+            Ok(partitions) => {
+                let _scrape = self.lock();
+                for (id, groups) in partitions {
+                    self.inner.groups.update(id, groups);
+                }
             }
-        };
-        let _scrape = self.lock();
-        self.inner.consumer_lag.reset();
-        self.inner.leases.reset();
-        for group in groups {
-            let labels = [
-                group.topic.as_str(),
-                group.partition.as_str(),
-                group.group.as_str(),
-            ];
-            self.inner
-                .consumer_lag
-                .with_label_values(&labels)
-                .set(gauge(group.lag));
-            for (state, count) in LEASE_STATES.iter().zip(group.leases.iter().flatten()) {
-                self.inner
-                    .leases
-                    .with_label_values(&[labels[0], labels[1], labels[2], state.as_str()])
-                    .set(gauge(*count));
-            }
+            Err(err) => log::warn!("metrics: cannot read the open partitions: {err}"),
         }
     }
 
@@ -383,6 +328,116 @@ impl Collector for TopicCounters {
     }
 }
 
+/// The consumer-lag and lease gauges: the last state a scrape found of each group of each
+/// partition, kept compact like [`TopicCounters`] (a node may hold a partition per tenant),
+/// and turned into gauge families only while a scrape renders them.
+#[derive(Clone)]
+struct GroupGauges {
+    partitions: Arc<Mutex<HashMap<PartitionId, Box<[GroupGauge]>>>>,
+    /// `durability_consumer_lag` and `durability_leases`, empty: what [`Collector::desc`]
+    /// describes, and the template each scrape fills.
+    families: [IntGaugeVec; 2],
+}
+
+/// One group's position in one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GroupGauge {
+    group: Box<str>,
+    /// Records between the group's position and the partition's next offset.
+    lag: u64,
+    /// Lease rows per state ([`LeaseState::ALL`]); `None` for a group that never leased.
+    leases: Option<[u64; 4]>,
+}
+
+const LAG_LABELS: [&str; 3] = ["topic", "partition", "group"];
+const LEASE_LABELS: [&str; 4] = ["topic", "partition", "group", "state"];
+
+impl Default for GroupGauges {
+    fn default() -> Self {
+        Self {
+            partitions: Arc::default(),
+            families: [
+                gauges(
+                    "durability_consumer_lag",
+                    "Records between a group's cursor and the partition's next offset.",
+                    &LAG_LABELS,
+                ),
+                gauges(
+                    "durability_leases",
+                    "Lease rows of a group in a partition, per state.",
+                    &LEASE_LABELS,
+                ),
+            ],
+        }
+    }
+}
+
+impl GroupGauges {
+    /// Replaces what partition `id` shows by `groups`, read from it now. A group that leased
+    /// before keeps its lease series (at zero) once its rows are gone, so they never vanish
+    /// while the group exists.
+    fn update(&self, id: PartitionId, mut groups: Vec<GroupGauge>) {
+        let mut partitions = self
+            .partitions
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        if let Some(before) = partitions.get(&id) {
+            for group in groups.iter_mut().filter(|group| group.leases.is_none()) {
+                let leased_before = before
+                    .iter()
+                    .any(|old| old.group == group.group && old.leases.is_some());
+                if leased_before {
+                    group.leases = Some([0; 4]);
+                }
+            }
+        }
+        if groups.is_empty() {
+            partitions.remove(&id);
+        } else {
+            partitions.insert(id, groups.into_boxed_slice());
+        }
+    }
+}
+
+impl Collector for GroupGauges {
+    fn desc(&self) -> Vec<&prometheus::core::Desc> {
+        self.families.iter().flat_map(Collector::desc).collect()
+    }
+
+    fn collect(&self) -> Vec<prometheus::proto::MetricFamily> {
+        let [lag, leases] = &self.families;
+        let (lag, leases) = (
+            gauges(&lag.desc()[0].fq_name, &lag.desc()[0].help, &LAG_LABELS),
+            gauges(
+                &leases.desc()[0].fq_name,
+                &leases.desc()[0].help,
+                &LEASE_LABELS,
+            ),
+        );
+        let partitions = self
+            .partitions
+            .lock()
+            .unwrap_or_else(|poison| poison.into_inner());
+        for (id, groups) in partitions.iter() {
+            let (topic, partition) = (id.topic(), id.index().to_string());
+            for group in groups.iter() {
+                let labels = [topic, partition.as_str(), &group.group];
+                lag.with_label_values(&labels).set(gauge(group.lag));
+                for (state, count) in LeaseState::ALL.iter().zip(group.leases.iter().flatten()) {
+                    leases
+                        .with_label_values(&[labels[0], labels[1], labels[2], state.as_str()])
+                        .set(gauge(*count));
+                }
+            }
+        }
+        [lag, leases].iter().flat_map(Collector::collect).collect()
+    }
+}
+
+fn gauges(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    IntGaugeVec::new(Opts::new(name, help), labels).expect("metric names and labels are valid")
+}
+
 /// Registers `metric` (built from fixed, valid names) in a registry of its own.
 fn register<M>(registry: &Registry, metric: prometheus::Result<M>) -> M
 where
@@ -404,25 +459,22 @@ fn gauge(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// The groups of every open partition, with their lag and (when leasing) their lease rows.
-/// Closed partitions are left out, and the open ones are read from their stores directly, not
-/// through their actors: a scrape every few seconds must not keep partitions open or reopen
-/// them (a closed one has been idle: its cursors did not move).
-async fn collect_groups(log: &Log) -> Result<Vec<GroupState>, crate::Error> {
+/// The groups of every open partition, read from their stores directly, not through their
+/// actors: a scrape every few seconds must not keep partitions open or reopen them (a closed
+/// one has been idle: its groups did not move). A partition that cannot be read is left out.
+async fn collect_groups(log: &Log) -> Result<Vec<(PartitionId, Vec<GroupGauge>)>, crate::Error> {
     let stores = log.open_stores().await?;
-    let leasing: Vec<bool> = stores
-        .iter()
-        .map(|(id, _)| log.config().topic_leases(id.topic()).enabled)
-        .collect();
     let read = move || {
-        let mut groups = Vec::new();
-        for ((id, store), leasing) in stores.iter().zip(leasing) {
-            match partition_groups(id, store, leasing) {
-                Ok(found) => groups.extend(found),
-                Err(err) => log::warn!("metrics: skipping {id}: {err}"),
-            }
-        }
-        groups
+        stores
+            .into_iter()
+            .filter_map(|(id, store)| match partition_groups(&store) {
+                Ok(groups) => Some((id, groups)),
+                Err(err) => {
+                    log::warn!("metrics: skipping {id}: {err}");
+                    None
+                }
+            })
+            .collect()
     };
     actix_web::rt::task::spawn_blocking(read)
         .await
@@ -432,33 +484,29 @@ async fn collect_groups(log: &Log) -> Result<Vec<GroupState>, crate::Error> {
         })
 }
 
-fn partition_groups(
-    id: &PartitionId,
-    store: &LogStore,
-    leasing: bool,
-) -> Result<Vec<GroupState>, crate::store::StoreError> {
+/// Every group of one partition: those with a cursor, and those that lease without having
+/// committed yet (their position is then the first offset they lease).
+fn partition_groups(store: &LogStore) -> Result<Vec<GroupGauge>, crate::store::StoreError> {
     let cursors = store.cursors()?;
-    if cursors.is_empty() {
+    let mut leases = store.lease_counts()?;
+    if cursors.is_empty() && leases.is_empty() {
         return Ok(Vec::new());
     }
     let next_offset = store.bounds()?.next_offset;
-    let mut groups = Vec::with_capacity(cursors.len());
+    let mut groups = Vec::with_capacity(cursors.len() + leases.len());
     for (group, cursor) in cursors {
-        let leases = if leasing {
-            let mut counts = [0; 4];
-            for row in store.leases(&group)? {
-                counts[state_index(row.state)] += 1;
-            }
-            Some(counts)
-        } else {
-            None
-        };
-        groups.push(GroupState {
-            topic: id.topic().to_owned(),
-            partition: id.index().to_string(),
+        let leased = leases.remove(&group);
+        groups.push(GroupGauge {
             lag: next_offset.saturating_sub(cursor),
-            group,
-            leases,
+            leases: leased.map(|counts| counts.by_state),
+            group: group.into(),
+        });
+    }
+    for (group, counts) in leases {
+        groups.push(GroupGauge {
+            lag: next_offset.saturating_sub(counts.first_offset),
+            leases: Some(counts.by_state),
+            group: group.into(),
         });
     }
     Ok(groups)
@@ -469,7 +517,9 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::{Metrics, PartitionCounters};
+    use super::{GroupGauge, LONG_BUCKETS, Metrics, PartitionCounters};
+    use crate::http::request::MAX_WAIT_MS;
+    use crate::names::PartitionId;
     use crate::store::ColdFlushCounters;
 
     /// Every metric of the contract renders under its name once it has a value, with the
@@ -483,16 +533,14 @@ mod tests {
         metrics.appended("events", 3, 42);
         metrics.records_read("events", 2);
         metrics.request("GET", "/topics/{topic}", 200, Duration::from_millis(3));
-        {
-            let _scrape = metrics.lock();
-            let labels = ["events", "0", "billing"];
-            metrics.inner.consumer_lag.with_label_values(&labels).set(5);
-            metrics
-                .inner
-                .leases
-                .with_label_values(&["events", "0", "billing", "active"])
-                .set(1);
-        }
+        metrics.inner.groups.update(
+            PartitionId::new("events", 0).unwrap(),
+            vec![GroupGauge {
+                group: "billing".into(),
+                lag: 5,
+                leases: Some([1, 0, 0, 0]),
+            }],
+        );
         let text = metrics.render();
         for expected in [
             r#"durability_appended_records_total{topic="events"} 3"#,
@@ -518,5 +566,71 @@ mod tests {
         );
         metrics.records_read("nothing-here", 0);
         assert!(!metrics.render().contains("nothing-here"));
+    }
+
+    /// A group shows the values it was last read with until its partition is read again;
+    /// one that leased keeps its lease series at zero, one that never leased has none.
+    #[test]
+    fn groups_keep_their_last_values_and_only_leasing_groups_get_lease_series() {
+        let metrics = Metrics::new(
+            Arc::new(ColdFlushCounters::default()),
+            Arc::new(PartitionCounters::default()),
+        );
+        let id = PartitionId::new("events", 0).unwrap();
+        let group = |name: &str, lag, leases| GroupGauge {
+            group: name.into(),
+            lag,
+            leases,
+        };
+        metrics.inner.groups.update(
+            id.clone(),
+            vec![
+                group("workers", 4, Some([1, 0, 0, 0])),
+                group("audit", 9, None),
+            ],
+        );
+        let text = metrics.render();
+        assert!(text.contains(
+            r#"durability_leases{group="workers",partition="0",state="active",topic="events"} 1"#
+        ));
+        assert!(
+            !text.contains(r#"durability_leases{group="audit""#),
+            "{text}"
+        );
+        // Rendering again without reading the partition shows the same values.
+        assert!(
+            metrics.render().contains(
+                r#"durability_consumer_lag{group="audit",partition="0",topic="events"} 9"#
+            )
+        );
+
+        metrics
+            .inner
+            .groups
+            .update(id, vec![group("workers", 0, None), group("audit", 9, None)]);
+        let text = metrics.render();
+        assert!(text.contains(r#"durability_leases{group="workers",partition="0",state="active",topic="events"} 0"#), "{text}");
+        assert!(text.contains(
+            r#"durability_consumer_lag{group="workers",partition="0",topic="events"} 0"#
+        ));
+    }
+
+    /// A long-poll's longest wait lands in a finite bucket, not only in `+Inf`.
+    #[test]
+    fn duration_buckets_cover_the_longest_long_poll() {
+        let longest = MAX_WAIT_MS as f64 / 1000.0;
+        assert!(LONG_BUCKETS.iter().any(|&bucket| bucket > longest * 1.2));
+        let metrics = Metrics::new(
+            Arc::new(ColdFlushCounters::default()),
+            Arc::new(PartitionCounters::default()),
+        );
+        metrics.request("GET", "/poll", 200, Duration::from_millis(MAX_WAIT_MS + 50));
+        let text = metrics.render();
+        let finite_hit = text.lines().any(|line| {
+            line.starts_with("durability_http_request_duration_seconds_bucket")
+                && !line.contains("+Inf")
+                && line.ends_with(" 1")
+        });
+        assert!(finite_hit, "{text}");
     }
 }

@@ -12,7 +12,7 @@ mod metrics;
 pub mod openapi;
 mod operations;
 mod produce;
-mod request;
+pub(crate) mod request;
 mod schema;
 
 use actix_web::body::MessageBody;

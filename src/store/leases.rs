@@ -15,6 +15,8 @@
 //!   is handed out as [`LeaseOutcome::Exhausted`]: the caller copies it to the dead-letter
 //!   destination, then [`LogStore::skip`]s it.
 
+use std::collections::BTreeMap;
+
 use rusqlite::{OptionalExtension, Transaction, params};
 
 use super::{LogStore, Record, StoreError, Tail};
@@ -62,6 +64,9 @@ pub enum LeaseState {
 }
 
 impl LeaseState {
+    /// Every state, in the order of [`LeaseCounts`]' counts.
+    pub const ALL: [Self; 4] = [Self::Active, Self::Pending, Self::Acked, Self::Skipped];
+
     /// The state's name, as stored and as the REST API shows it.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -80,6 +85,15 @@ impl LeaseState {
             _ => Self::Skipped,
         }
     }
+}
+
+/// How many lease rows a group has in a partition, per state, and where the first begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LeaseCounts {
+    /// Rows per state, in the order of [`LeaseState::ALL`].
+    pub by_state: [u64; 4],
+    /// The lowest offset the rows cover.
+    pub first_offset: u64,
 }
 
 /// A delivered range and its records.
@@ -302,6 +316,34 @@ impl LogStore {
                 })
             })?;
             Ok(rows.collect::<Result<_, _>>()?)
+        })
+    }
+
+    /// Every group's lease rows in this partition, counted by state (empty when leases are
+    /// off): a group that leases shows here before it ever commits.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn lease_counts(&self) -> Result<BTreeMap<String, LeaseCounts>, StoreError> {
+        self.snapshot(|tx| {
+            let mut statement = tx.prepare_cached(
+                "SELECT consumer, state, COUNT(*), MIN(first_offset) FROM leases
+                 WHERE partition = ?1 GROUP BY consumer, state",
+            )?;
+            let mut rows = statement.query(params![self.key])?;
+            let mut groups = BTreeMap::<String, LeaseCounts>::new();
+            while let Some(row) = rows.next()? {
+                let state = LeaseState::parse(&row.get::<_, String>(1)?);
+                let (count, first): (u64, u64) = (row.get(2)?, row.get(3)?);
+                let group = groups.entry(row.get(0)?).or_insert(LeaseCounts {
+                    first_offset: first,
+                    ..LeaseCounts::default()
+                });
+                // `ALL` lists the states in declaration order.
+                group.by_state[state as usize] = count;
+                group.first_offset = group.first_offset.min(first);
+            }
+            Ok(groups)
         })
     }
 

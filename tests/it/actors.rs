@@ -2,13 +2,13 @@
 //! recovery after a failed commit, many partitions in parallel, group commit, and the
 //! retention timer.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use durability::partition::{Append, Read};
 use durability::store::{AppendOutcome, NewRecord, SyncMode};
 use durability::{Error, Event, EventsOutcome};
 
-use crate::common::{TestLog, stored_partitions};
+use crate::common::{TestLog, eventually, stored_partitions};
 
 fn record(text: &str) -> NewRecord {
     NewRecord::new(serde_json::to_string(text).unwrap())
@@ -19,19 +19,6 @@ fn offsets(outcome: AppendOutcome) -> Vec<u64> {
         AppendOutcome::Appended { offsets } => offsets,
         AppendOutcome::Rejected(rejection) => panic!("rejected: {rejection}"),
     }
-}
-
-/// Polls `check` every 10 ms until it holds or `within` passes (for timers that must fire by
-/// themselves); returns whether it held.
-async fn eventually(within: Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if check().await {
-            return true;
-        }
-        actix::clock::sleep(Duration::from_millis(10)).await;
-    }
-    check().await
 }
 
 /// Reads, bounds and cursor queries of a partition never written answer empty and create no

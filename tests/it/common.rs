@@ -485,3 +485,16 @@ where
     };
     (status, value)
 }
+
+/// Polls `check` every 10 ms until it holds or `within` passes (for timers that must fire by
+/// themselves); returns whether it held.
+pub async fn eventually(within: std::time::Duration, mut check: impl AsyncFnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    while std::time::Instant::now() < deadline {
+        if check().await {
+            return true;
+        }
+        actix::clock::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    check().await
+}

@@ -3,6 +3,7 @@
 //! and that the endpoint sits behind the bearer token.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix_web::App;
 use actix_web::body::MessageBody;
@@ -13,7 +14,7 @@ use durability::cold::{ColdStore, FailingColdStore, MemoryColdStore};
 use durability::{Config, Log};
 use serde_json::json;
 
-use crate::common::TestLog;
+use crate::common::{TestLog, eventually};
 
 /// Sends one request; answers its status and body.
 async fn send<S, R, B>(app: &S, request: R) -> (u16, String)
@@ -218,4 +219,82 @@ async fn cold_flushes_are_counted_by_result() {
         (log.cold_flushes().flushed(), log.cold_flushes().failed()),
         (1, 1)
     ));
+}
+
+/// A group appears as soon as it leases, before it ever commits (its lag counts from the first
+/// offset it leased), and only groups that lease get lease series.
+#[actix::test]
+async fn a_leasing_group_shows_before_its_first_ack_and_only_leasing_groups_get_lease_series() {
+    let log = TestLog::with(|_| {});
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
+    let records = json!([{"payload": 1}, {"payload": 2}, {"payload": 3}]);
+    let append = TestRequest::post()
+        .uri("/topics/events/partitions/0/records")
+        .set_json(&records)
+        .to_request();
+    assert!(matches!(send(&app, append).await, (202, _)));
+    let lease = TestRequest::post()
+        .uri("/topics/events/partitions/0/groups/workers/leases?limit=1")
+        .to_request();
+    assert!(matches!(send(&app, lease).await, (200, _)));
+    let commit = TestRequest::put()
+        .uri("/topics/events/partitions/0/cursors/audit")
+        .set_json(json!({"offset": 1}))
+        .to_request();
+    assert!(matches!(send(&app, commit).await, (200, _)));
+
+    let (_, text) = send(&app, TestRequest::get().uri("/metrics").to_request()).await;
+    assert_sample(
+        &text,
+        r#"durability_consumer_lag{group="workers",partition="0",topic="events"} 3"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_leases{group="workers",partition="0",state="active",topic="events"} 1"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_consumer_lag{group="audit",partition="0",topic="events"} 2"#,
+    );
+    assert!(
+        !text.contains(r#"durability_leases{group="audit""#),
+        "a group that never leased has no lease series:\n{text}"
+    );
+}
+
+/// A scrape neither reopens a stopped partition nor keeps an idle one open, and a stopped
+/// partition's series keep the values they had.
+#[actix::test]
+async fn scrapes_leave_partitions_to_stop_and_stopped_partitions_keep_their_series() {
+    let log = TestLog::with(|config| config.partitions.idle_stop_ms = 300);
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
+    let records = json!([{"payload": 1}, {"payload": 2}, {"payload": 3}]);
+    let append = TestRequest::post()
+        .uri("/topics/events/partitions/0/records")
+        .set_json(&records)
+        .to_request();
+    assert!(matches!(send(&app, append).await, (202, _)));
+    log.log.commit("events", 0, "audit", 1).await.unwrap();
+    let lag = r#"durability_consumer_lag{group="audit",partition="0",topic="events"} 2"#;
+
+    // Scraping far more often than the idle timeout does not keep the partition open.
+    let mut scrapes = 0;
+    let stopped = eventually(Duration::from_secs(20), async || {
+        let (_, text) = send(&app, TestRequest::get().uri("/metrics").to_request()).await;
+        assert_sample(&text, lag);
+        scrapes += 1;
+        log.log.running_partitions().await.unwrap().is_empty()
+    })
+    .await;
+    assert!(stopped, "the partition stopped while being scraped");
+    assert!(scrapes > 1);
+
+    let (_, text) = send(&app, TestRequest::get().uri("/metrics").to_request()).await;
+    assert_sample(&text, lag);
+    assert!(
+        log.log.running_partitions().await.unwrap().is_empty(),
+        "a scrape does not reopen a stopped partition"
+    );
 }
