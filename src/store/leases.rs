@@ -17,7 +17,7 @@
 
 use std::collections::BTreeMap;
 
-use rusqlite::{OptionalExtension, Transaction, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::{LogStore, Record, StoreError, Tail};
 use crate::names::validate_group;
@@ -421,7 +421,7 @@ struct HeldRange {
 
 /// The active range `batch_id` of `group`, or [`StoreError::LeaseNotHeld`].
 fn held_range(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     partition: i64,
     group: &str,
     batch_id: &str,
@@ -447,7 +447,7 @@ fn held_range(
 /// Decides what `lease` hands out, and records it.
 #[allow(clippy::too_many_arguments)] // one call site; the arguments are the claim's inputs
 fn claim(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     partition: i64,
     tail: &Tail,
     oldest: u64,
@@ -540,11 +540,7 @@ fn new_batch_id() -> String {
 
 /// Where `group`'s unleased offsets begin: past its allocation and its cursor, or `None` for a
 /// group that never leased or committed.
-fn unleased_start(
-    tx: &Transaction<'_>,
-    partition: i64,
-    group: &str,
-) -> Result<Option<u64>, StoreError> {
+fn unleased_start(tx: &Connection, partition: i64, group: &str) -> Result<Option<u64>, StoreError> {
     let allocation: Option<u64> = tx
         .prepare_cached(
             "SELECT allocated_offset FROM allocations WHERE partition = ?1 AND consumer = ?2",
@@ -564,7 +560,7 @@ fn unleased_start(
 /// the first lost offset, or `None` when nothing was lost. A range still held by a worker is
 /// left alone: the worker has its records and settles it.
 fn drop_lost(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     partition: i64,
     group: &str,
     oldest: u64,
@@ -635,7 +631,7 @@ fn drop_lost(
 
 #[allow(clippy::too_many_arguments)]
 fn insert_range(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     partition: i64,
     group: &str,
     first: u64,
@@ -657,7 +653,7 @@ fn insert_range(
 }
 
 fn set_allocation(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     partition: i64,
     group: &str,
     allocated: u64,
@@ -670,7 +666,7 @@ fn set_allocation(
     Ok(())
 }
 
-fn cursor_of(tx: &Transaction<'_>, partition: i64, group: &str) -> Result<Option<u64>, StoreError> {
+fn cursor_of(tx: &Connection, partition: i64, group: &str) -> Result<Option<u64>, StoreError> {
     Ok(tx
         .prepare_cached("SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2")?
         .query_row(params![partition, group], |row| row.get(0))
@@ -681,7 +677,7 @@ fn cursor_of(tx: &Transaction<'_>, partition: i64, group: &str) -> Result<Option
 /// lowest range when the group has no cursor yet), and forgets the ranges it passed.
 /// Returns the cursor afterwards.
 pub(super) fn advance(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     partition: i64,
     group: &str,
     now: i64,

@@ -22,7 +22,7 @@ mod volume;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::Transaction;
+use rusqlite::{Connection, Transaction};
 use serde::Deserialize;
 
 pub use append::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check_batch};
@@ -269,7 +269,7 @@ impl LogStore {
     /// Runs `work` against one consistent snapshot of the database, on a pooled reader.
     fn snapshot<T>(
         &self,
-        work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+        work: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.volume.shared().snapshot(work)
     }

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use rusqlite::{OptionalExtension, Transaction};
+use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::{LogStore, StoreError, segment};
@@ -200,7 +200,7 @@ impl LogStore {
     /// The partition's bounds in `tx`'s snapshot, with the end and recent records of `view`.
     pub(super) fn bounds_in(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Connection,
         view: &RecentView,
     ) -> Result<Bounds, StoreError> {
         let next_offset = view.next_offset;
@@ -225,7 +225,7 @@ impl LogStore {
     /// records if `position` is in the hot window, then computes `next_offset` and `lag`.
     fn finish_page(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Connection,
         bounds: &Bounds,
         view: &RecentView,
         position: u64,
@@ -246,7 +246,7 @@ impl LogStore {
     /// Up to `limit` hot records from `from` on: indexed ones, then recent ones, contiguous.
     pub(super) fn hot_records(
         &self,
-        tx: &Transaction<'_>,
+        tx: &Connection,
         view: &RecentView,
         from: u64,
         limit: usize,
@@ -325,7 +325,7 @@ pub(super) struct IndexedSegment {
 }
 
 fn segment_containing(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     partition: i64,
     offset: u64,
 ) -> Result<Option<IndexedSegment>, StoreError> {
@@ -349,7 +349,7 @@ fn segment_containing(
 /// The first offset above `offset` that the log may be able to serve: the next segment's
 /// first offset, or the hot window.
 fn next_readable_after(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     partition: i64,
     offset: u64,
     bounds: &Bounds,

@@ -10,7 +10,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use rusqlite::{Transaction, params};
+use rusqlite::{Connection, params};
 
 use super::segment::{self, Encoded};
 use super::{Fault, LogStore, Record, StoreError, Tail};
@@ -231,7 +231,7 @@ impl LogStore {
 /// record breaks a limit: it is among the `excess` oldest, or bytes are still over budget
 /// before it is counted, or it is older than `cutoff`.
 fn plan_pass(
-    tx: &Transaction<'_>,
+    tx: &Connection,
     partition: i64,
     tail: Tail,
     retention: &Retention,
