@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
+use super::append::record_checksum;
 use super::{LogStore, StoreError, segment};
 use crate::cold::SegmentKey;
 
@@ -253,7 +254,7 @@ impl LogStore {
     ) -> Result<Vec<Record>, StoreError> {
         let mut records: Vec<Record> = {
             let mut statement = tx.prepare_cached(
-                "SELECT i.offset, r.dedup_key, r.payload, r.appended_at
+                "SELECT i.offset, r.dedup_key, r.payload, r.appended_at, r.checksum
                  FROM record_index AS i JOIN records AS r ON r.seq = i.seq
                  WHERE i.partition = ?1 AND i.offset >= ?2 AND i.offset < ?3
                  ORDER BY i.offset LIMIT ?4",
@@ -261,19 +262,26 @@ impl LogStore {
             let rows = statement.query_map(
                 rusqlite::params![self.key, from, view.next_offset, limit as u64],
                 |row| {
-                    Ok(Record {
+                    let record = Record {
                         offset: row.get(0)?,
                         key: row.get(1)?,
                         payload: row.get(2)?,
                         appended_at: row.get(3)?,
-                    })
+                    };
+                    Ok((record, row.get(4)?))
                 },
             )?;
-            rows.collect::<Result<_, _>>()?
+            let mut records = Vec::new();
+            for row in rows {
+                let (record, checksum) = row?;
+                records.push(self.checked(record, checksum)?);
+            }
+            records
         };
         let mut next = records.last().map_or(from, |last| last.offset + 1);
-        let mut by_seq = tx
-            .prepare_cached("SELECT dedup_key, payload, appended_at FROM records WHERE seq = ?1")?;
+        let mut by_seq = tx.prepare_cached(
+            "SELECT dedup_key, payload, appended_at, checksum FROM records WHERE seq = ?1",
+        )?;
         for &(offset, seq) in &view.rows {
             if records.len() >= limit || offset > next {
                 break;
@@ -283,19 +291,42 @@ impl LogStore {
             }
             let record = by_seq
                 .query_row([seq], |row| {
-                    Ok(Record {
+                    let record = Record {
                         offset,
                         key: row.get(0)?,
                         payload: row.get(1)?,
                         appended_at: row.get(2)?,
-                    })
+                    };
+                    Ok((record, row.get(3)?))
                 })
                 .optional()?;
-            let Some(record) = record else { break };
-            records.push(record);
+            let Some((record, checksum)) = record else {
+                break;
+            };
+            records.push(self.checked(record, checksum)?);
             next += 1;
         }
         Ok(records)
+    }
+
+    /// `record` if it matches the checksum stored with it (rows written before checksums
+    /// have none); else `corrupted`, which marks the volume damaged.
+    pub(super) fn checked(
+        &self,
+        record: Record,
+        checksum: Option<i64>,
+    ) -> Result<Record, StoreError> {
+        let expected = record_checksum(record.offset, record.key.as_deref(), &record.payload);
+        match checksum {
+            Some(stored) if stored != i64::from(expected) => Err(StoreError::Corrupted {
+                reason: format!(
+                    "record {} of {} fails its checksum: it was altered in the database",
+                    record.offset,
+                    self.describe()
+                ),
+            }),
+            _ => Ok(record),
+        }
     }
 
     /// Names the partition in log lines.

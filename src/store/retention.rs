@@ -122,7 +122,7 @@ impl LogStore {
             let pass = self.snapshot(|tx| {
                 plan_pass(
                     tx,
-                    self.key,
+                    self,
                     tail,
                     &retention,
                     cutoff,
@@ -232,7 +232,7 @@ impl LogStore {
 /// before it is counted, or it is older than `cutoff`.
 fn plan_pass(
     tx: &Connection,
-    partition: i64,
+    store: &LogStore,
     tail: Tail,
     retention: &Retention,
     cutoff: Option<i64>,
@@ -243,11 +243,11 @@ fn plan_pass(
         end_bytes,
     } = tail;
     let mut statement = tx.prepare_cached(
-        "SELECT i.offset, r.dedup_key, r.payload, r.appended_at, r.bytes, r.end_bytes
+        "SELECT i.offset, r.dedup_key, r.payload, r.appended_at, r.bytes, r.end_bytes, r.checksum
          FROM record_index AS i JOIN records AS r ON r.seq = i.seq
          WHERE i.partition = ?1 ORDER BY i.offset LIMIT ?2",
     )?;
-    let mut rows = statement.query(params![partition, max_batch as u64])?;
+    let mut rows = statement.query(params![store.key, max_batch as u64])?;
     let mut pass = Pass {
         records: Vec::new(),
         bytes: 0,
@@ -275,12 +275,14 @@ fn plan_pass(
         }
         over_bytes = over_bytes.map(|over| over - i128::from(bytes));
         pass.bytes += bytes;
-        pass.records.push(Record {
+        // Checked before it is flushed: a cold segment gets a checksum of its own.
+        let record = Record {
             offset,
             key: row.get(1)?,
             payload: row.get(2)?,
             appended_at,
-        });
+        };
+        pass.records.push(store.checked(record, row.get(6)?)?);
     }
     Ok((!pass.records.is_empty()).then_some(pass))
 }

@@ -105,6 +105,9 @@ const MIGRATIONS: &[&str] = &[
         PRIMARY KEY (partition, consumer)
     ) WITHOUT ROWID;
     ",
+    // 2: a checksum per record (CRC-32 of its offset, key and payload; NULL in older rows,
+    // which are not checked).
+    "ALTER TABLE records ADD COLUMN checksum INTEGER;",
 ];
 
 /// The schema version this program writes.

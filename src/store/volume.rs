@@ -26,7 +26,7 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
 };
 
-use super::append::{AppendOutcome, AppendRejection, NewRecord};
+use super::append::{AppendOutcome, AppendRejection, NewRecord, record_checksum};
 use super::commit_queue::{CommitQueue, Next};
 use super::{StoreError, SyncMode, schema};
 use crate::clock::Clock;
@@ -403,6 +403,9 @@ impl Shared {
                     .map_or_else(|| err.to_string(), ToString::to_string);
                 self.mark_damaged(cause)
             }
+            StoreError::Corrupted { reason } if self.damaged.get().is_none() => {
+                self.mark_damaged(reason.clone())
+            }
             _ => err,
         }
     }
@@ -764,8 +767,8 @@ impl Shared {
             let mut outcomes = Vec::with_capacity(group.len());
             {
                 let mut insert = tx.prepare_cached(
-                    "INSERT INTO records (seq, partition, offset, dedup_key, payload, bytes, end_bytes, appended_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                    "INSERT INTO records (seq, partition, offset, dedup_key, payload, bytes, end_bytes, appended_at, checksum)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
                 )?;
                 for request in &group {
                     let key = request.partition.key;
@@ -879,7 +882,8 @@ impl Shared {
                 record.payload,
                 bytes,
                 staged.tail.end_bytes,
-                appended_at
+                appended_at,
+                record_checksum(offset, dedup_key, &record.payload)
             ])?;
             staged.rows.push((offset, seq));
             if let Some(dedup_key) = dedup_key {

@@ -196,3 +196,84 @@ async fn a_malformed_page_fails_reads_and_then_writes_with_corrupted() {
     assert_eq!(err.code(), "corrupted", "{err}");
     log.shutdown().await.unwrap();
 }
+
+/// A payload altered inside the database (what SQLite cannot notice) fails its record's
+/// checksum: the read answers `corrupted` naming the record, and the volume refuses writes.
+#[actix::test]
+async fn a_record_altered_in_the_database_fails_its_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::for_tests(dir.path());
+    let data_dir = config.storage.data_dir.clone();
+    in_own_process(&config, |log| async move {
+        let records = ["\"hello\"", "\"world\""].map(NewRecord::new).to_vec();
+        log.append(TOPIC, 0, records).await.unwrap();
+    });
+    let conn = rusqlite::Connection::open(volume(&data_dir, 0)).unwrap();
+    let changed = conn
+        .execute(
+            "UPDATE records SET payload = '\"HELLO\"' WHERE payload = '\"hello\"'",
+            [],
+        )
+        .unwrap();
+    assert_eq!(changed, 1);
+    drop(conn);
+
+    let log = Log::open(config).unwrap();
+    let err = log.read(TOPIC, 0, Some(0), None).await.unwrap_err();
+    assert_eq!(err.code(), "corrupted", "{err}");
+    assert!(err.to_string().contains("record 0"), "{err}");
+    let err = append(&log, 0, 1).await.unwrap_err();
+    assert_eq!(err.code(), "corrupted", "{err}");
+    log.shutdown().await.unwrap();
+}
+
+/// A trim never copies an altered record to the cold tier: the flush fails `corrupted` before
+/// anything is stored, and the record stays where it was.
+#[actix::test]
+async fn a_trim_refuses_to_flush_an_altered_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::for_tests(dir.path());
+    let data_dir = config.storage.data_dir.clone();
+    in_own_process(&config, |log| async move {
+        let records = ["\"hello\"", "\"world\""].map(NewRecord::new).to_vec();
+        log.append(TOPIC, 0, records).await.unwrap();
+    });
+    let conn = rusqlite::Connection::open(volume(&data_dir, 0)).unwrap();
+    conn.execute(
+        "UPDATE records SET dedup_key = 'forged' WHERE offset = 0",
+        [],
+    )
+    .unwrap();
+    drop(conn);
+
+    let mut config = config;
+    config.retention.max_records = 1;
+    let cold_dir = config.cold.dir.clone();
+    let log = Log::open(config).unwrap();
+    let err = log.trim(TOPIC, 0).await.unwrap_err();
+    assert_eq!(err.code(), "corrupted", "{err}");
+    let stored = walk(&cold_dir);
+    assert!(
+        stored.is_empty(),
+        "nothing reached the cold tier: {stored:?}"
+    );
+    log.shutdown().await.unwrap();
+}
+
+/// Every file under `dir` (none when it does not exist).
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .flat_map(|entry| {
+            let path = entry.path();
+            if path.is_dir() {
+                walk(&path)
+            } else {
+                vec![path]
+            }
+        })
+        .collect()
+}
