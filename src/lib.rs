@@ -33,7 +33,7 @@
 //!   retention (`trim`), `forget_cold_before`, and leases.
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
 //!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
-//! - [`routing`]: the FNV-1a partitioning function, shard names, and a client-side router.
+//! - [`routing`]: the FNV-1a partitioning function, the original's, which picks an event's partition.
 //! - [`load`]: load snapshots (appends in flight and completed, backlog).
 //! - [`names`], [`clock`], [`config`], [`error`]: naming rules, time, settings (the embedded
 //!   `config/default.toml` overlaid by a file and the environment) and the umbrella [`Error`]

@@ -75,6 +75,13 @@ pub fn validate_group(name: &str) -> Result<(), NameError> {
 mod tests {
     use super::*;
 
+    /// A partition's shard name, the one spelling every layer uses, is `{topic}:{partition}`.
+    #[test]
+    fn shard_names_join_topic_and_partition() {
+        let id = PartitionId::new("orders", 3).unwrap();
+        assert_eq!(id.to_string(), "orders:3");
+    }
+
     /// Names at the edges of the rules are accepted or refused as the contract says.
     #[test]
     fn topic_and_group_rules() {
