@@ -278,7 +278,7 @@ mod tests {
         assert_send_sync::<LoadObserver>();
     }
 
-    /// Part B §6 case 40: in-flight is instantaneous, a second finish is ignored, and the
+    /// In-flight is instantaneous, a second finish is ignored, and the
     /// average covers every completion in the window.
     #[test]
     fn counts_in_flight_and_averages_completions() {
@@ -308,7 +308,7 @@ mod tests {
         );
     }
 
-    /// Part B §6 case 41: a completion leaves the window after 60 s, while a request still
+    /// A completion leaves the window after 60 s, while a request still
     /// running stays in flight and is timed in full when it finishes.
     #[test]
     fn completions_expire_after_the_window() {

@@ -564,7 +564,7 @@ impl Log {
             .call(
                 &id,
                 false,
-                partition::Cursor {
+                partition::GetCursor {
                     group: group.to_owned(),
                 },
             )
@@ -583,7 +583,7 @@ impl Log {
     ) -> Result<BTreeMap<String, u64>, Error> {
         let id = self.partition(topic, partition)?;
         Ok(self
-            .call(&id, false, partition::Cursors)
+            .call(&id, false, partition::ListCursors)
             .await?
             .unwrap_or_default())
     }
@@ -619,7 +619,7 @@ impl Log {
     pub async fn bounds(&self, topic: &str, partition: u32) -> Result<Bounds, Error> {
         let id = self.partition(topic, partition)?;
         Ok(self
-            .call(&id, false, partition::Bounds)
+            .call(&id, false, partition::GetBounds)
             .await?
             .unwrap_or_default())
     }
@@ -630,7 +630,7 @@ impl Log {
     /// Name and partition errors; `unavailable`.
     pub async fn load(&self, topic: &str, partition: u32) -> Result<LoadSnapshot, Error> {
         let id = self.partition(topic, partition)?;
-        match self.call(&id, false, partition::Load).await? {
+        match self.call(&id, false, partition::GetLoad).await? {
             Some(load) => Ok(load),
             None => Ok(LoadObserver::new(self.inner.clock.clone()).snapshot(0)),
         }
@@ -678,7 +678,7 @@ impl Log {
         if limit == Some(0) {
             return Err(StoreError::InvalidLimit.into());
         }
-        let lease = partition::Lease {
+        let lease = partition::ClaimLease {
             group: group.to_owned(),
             limit,
         };
@@ -777,7 +777,7 @@ impl Log {
             .call(
                 &id,
                 false,
-                partition::Leases {
+                partition::ListLeases {
                     group: group.to_owned(),
                 },
             )
@@ -808,7 +808,7 @@ impl Log {
     pub async fn stats(&self, topic: &str, partition: u32) -> Result<PartitionStats, Error> {
         let id = self.partition(topic, partition)?;
         Ok(self
-            .call(&id, false, partition::Stats)
+            .call(&id, false, partition::GetStats)
             .await?
             .unwrap_or_default())
     }
@@ -999,7 +999,7 @@ struct DeadLetterTopic {
 }
 
 impl DeadLetter for DeadLetterTopic {
-    fn send<'a>(
+    fn store_exhausted<'a>(
         &'a self,
         origin: &'a PartitionId,
         records: &'a [Record],

@@ -1,6 +1,6 @@
 //! Routing: which partition an event belongs to.
 //!
-//! The partitioning function is the original library's (Part A 20): producers written against
+//! The partitioning function is the original library's: producers written against
 //! the original and against this crate must send the same key to the same partition, so its
 //! quirks (UTF-16 code units, signed absolute value, the empty key) are reproduced exactly.
 
@@ -45,7 +45,7 @@ pub fn partition_for(key: &str, partitions: u32) -> u32 {
 mod tests {
     use super::*;
 
-    /// Part B 5.3: (key, hash, partition for N = 8, partition for N = 16).
+    /// The original's reference values: (key, hash, partition for N = 8, for N = 16).
     const REFERENCE: [(&str, u32, u32, u32); 11] = [
         ("", 0x811c_9dc5, 5, 5),
         ("a", 0xe40c_292c, 4, 4),
@@ -60,7 +60,7 @@ mod tests {
         ("foobar", 0xbf9c_f968, 0, 8),
     ];
 
-    /// Every hash in the Part B 5.3 table, including the non-ASCII keys.
+    /// Every hash in the reference table, including the non-ASCII keys.
     #[test]
     fn hash_matches_reference_values() {
         for (key, hash, _, _) in REFERENCE {
@@ -68,7 +68,7 @@ mod tests {
         }
     }
 
-    /// Every partition in the Part B 5.3 table, for 8 and 16 partitions.
+    /// Every partition in the reference table, for 8 and 16 partitions.
     #[test]
     fn partition_matches_reference_values() {
         for (key, _, n8, n16) in REFERENCE {
@@ -77,7 +77,7 @@ mod tests {
         }
     }
 
-    /// Pitfall named in Part B 5.3: hashing UTF-8 bytes gives 1e9de8c1 for "é", not the
+    /// A known pitfall: hashing UTF-8 bytes gives 1e9de8c1 for "é", not the
     /// original's 6c0b6c44.
     #[test]
     fn hash_is_over_utf16_units_not_utf8_bytes() {
@@ -88,7 +88,7 @@ mod tests {
         assert_eq!(fnv1a_utf16("\u{e9}"), 0x6c0b_6c44);
     }
 
-    /// Pitfall named in Part B 5.3: an unsigned `hash % N` sends "b" to 5, the signed absolute
+    /// A known pitfall: an unsigned `hash % N` sends "b" to 5, the signed absolute
     /// value to 3; only the empty key keeps the unsigned basis (5, where signed would be 3).
     #[test]
     fn partition_uses_signed_absolute_value_except_for_the_empty_key() {

@@ -1,4 +1,5 @@
-//! The REST server: every route of the contract (`spec/API.md`) mapped onto [`Log`].
+//! The REST server: every route of the API (the README's REST API section, and the document
+//! served at `/openapi.json`) mapped onto [`Log`].
 //!
 //! Handlers parse and validate the request, call one `Log` method, and shape the answer;
 //! [`error`] is the only place that knows status codes. Bodies are read with a size limit

@@ -27,7 +27,7 @@ use utoipa::openapi::{ContentBuilder, Ref};
 
 use super::{consume, leases, operations, produce, schema};
 
-/// The document: every route of the contract (`spec/API.md`), its bodies and its errors.
+/// The document: every route of the API, its bodies and its errors.
 #[derive(OpenApi)]
 #[openapi(
     info(

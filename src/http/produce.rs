@@ -16,7 +16,7 @@ use crate::store::{AppendOutcome, NewRecord};
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct EventBody {
-    /// Chooses the partition (the partitioning function of SEMANTICS.md).
+    /// Chooses the partition ([`crate::routing::partition_for`]).
     partition_key: String,
     /// Any JSON value; it reads back unchanged.
     #[schema(value_type = serde_json::Value)]

@@ -1,4 +1,4 @@
-//! `Cursor`: one group's committed position.
+//! `GetCursor`: one group's committed position.
 
 use actix::{Context, Handler, Message, ResponseFuture};
 
@@ -8,15 +8,15 @@ use crate::error::Error;
 /// Asks for `group`'s committed position (`None` if it never committed).
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "Result<Option<u64>, Error>")]
-pub struct Cursor {
+pub struct GetCursor {
     /// The consumer group.
     pub group: String,
 }
 
-impl Handler<Cursor> for PartitionActor {
+impl Handler<GetCursor> for PartitionActor {
     type Result = ResponseFuture<Result<Option<u64>, Error>>;
 
-    fn handle(&mut self, cursor: Cursor, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, cursor: GetCursor, ctx: &mut Context<Self>) -> Self::Result {
         self.on_worker(
             ctx,
             move |store| async move { Ok(store.cursor(&cursor.group)?) },

@@ -1,4 +1,4 @@
-//! `Cursors`: every group's committed position.
+//! `ListCursors`: every group's committed position.
 
 use std::collections::BTreeMap;
 
@@ -10,12 +10,12 @@ use crate::error::Error;
 /// Asks for every group's committed position, by group name.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "Result<BTreeMap<String, u64>, Error>")]
-pub struct Cursors;
+pub struct ListCursors;
 
-impl Handler<Cursors> for PartitionActor {
+impl Handler<ListCursors> for PartitionActor {
     type Result = ResponseFuture<Result<BTreeMap<String, u64>, Error>>;
 
-    fn handle(&mut self, _: Cursors, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: ListCursors, ctx: &mut Context<Self>) -> Self::Result {
         self.on_worker(ctx, |store| async move { Ok(store.cursors()?) })
     }
 }

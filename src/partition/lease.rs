@@ -1,4 +1,4 @@
-//! `Lease`: claim a range for a worker of a group; exhausted ranges go to the dead letters.
+//! `ClaimLease`: claim a range for a worker of a group; exhausted ranges go to the dead letters.
 
 use std::sync::Arc;
 
@@ -13,17 +13,17 @@ use crate::store::{self, LeaseOutcome};
 /// exhausted range to the dead-letter destination (ask again).
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "Result<Option<store::Lease>, Error>")]
-pub struct Lease {
+pub struct ClaimLease {
     /// The consumer group.
     pub group: String,
     /// Most records in a fresh range; `None` is `max_batch_size`.
     pub limit: Option<usize>,
 }
 
-impl Handler<Lease> for PartitionActor {
+impl Handler<ClaimLease> for PartitionActor {
     type Result = ResponseFuture<Result<Option<store::Lease>, Error>>;
 
-    fn handle(&mut self, lease: Lease, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, lease: ClaimLease, ctx: &mut Context<Self>) -> Self::Result {
         let dead_letter = self.setup.dead_letter.clone();
         let id = self.setup.id.clone();
         self.on_worker(ctx, move |store| async move {
@@ -38,7 +38,7 @@ impl Handler<Lease> for PartitionActor {
                     })?;
                     // Copied first, then skipped: a failure here leaves the range held, and it
                     // is retried when the hold expires (the keys make the copy idempotent).
-                    dead_letter.send(&id, &exhausted.records).await?;
+                    dead_letter.store_exhausted(&id, &exhausted.records).await?;
                     store.skip(&lease.group, &exhausted.batch_id)?;
                     log::warn!(
                         "partition {id}: group {} gave up offsets {}..={} after {} attempts; sent to the dead letters",

@@ -1,4 +1,4 @@
-//! `Load`: the partition's load snapshot.
+//! `GetLoad`: the partition's load snapshot.
 
 use actix::{Context, Handler, Message, ResponseFuture};
 
@@ -10,12 +10,12 @@ use crate::load::LoadSnapshot;
 /// the backlog of its slowest group (`pendingDeliveries`).
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "Result<LoadSnapshot, Error>")]
-pub struct Load;
+pub struct GetLoad;
 
-impl Handler<Load> for PartitionActor {
+impl Handler<GetLoad> for PartitionActor {
     type Result = ResponseFuture<Result<LoadSnapshot, Error>>;
 
-    fn handle(&mut self, _: Load, ctx: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, _: GetLoad, ctx: &mut Context<Self>) -> Self::Result {
         let load = self.load.clone();
         self.on_worker(ctx, move |store| async move {
             Ok(load.snapshot(store.pending_deliveries()?))

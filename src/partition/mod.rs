@@ -45,16 +45,16 @@ use tokio::sync::oneshot;
 
 pub use ack::Ack;
 pub use append::{Append, Appended, Enqueue};
-pub use bounds::Bounds;
+pub use bounds::GetBounds;
 pub use commit::Commit;
-pub use cursor::Cursor;
-pub use cursors::Cursors;
+pub use cursor::GetCursor;
+pub use cursors::ListCursors;
 pub use delete_cursor::DeleteCursor;
 pub use extend::Extend;
 pub use forget_cold_before::ForgetColdBefore;
-pub use lease::Lease;
-pub use leases::Leases;
-pub use load::Load;
+pub use lease::ClaimLease;
+pub use leases::ListLeases;
+pub use load::GetLoad;
 pub use nack::Nack;
 pub use read::Read;
 pub use trim::{RunRetention, Trim};
@@ -64,12 +64,12 @@ use crate::load::LoadObserver;
 use crate::names::PartitionId;
 use crate::store::{LogStore, Record, StoreOptions, Volume};
 
-/// Where exhausted lease ranges go (SEMANTICS Part A 18): the server's dead-letter topic, or
+/// Where exhausted lease ranges go (`[leases] max_attempts`): the server's dead-letter topic, or
 /// an embedder's own callback.
 pub trait DeadLetter: std::fmt::Debug + Send + Sync {
     /// Stores `records` of partition `origin` durably; each record keeps its payload and gets
     /// the deduplication key `{topic}:{partition}:{offset}`, so a retry never duplicates.
-    fn send<'a>(
+    fn store_exhausted<'a>(
         &'a self,
         origin: &'a PartitionId,
         records: &'a [Record],
@@ -183,7 +183,7 @@ pub struct PartitionStats {
 /// Asks a partition for its [`PartitionStats`].
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "Result<PartitionStats, Error>")]
-pub struct Stats;
+pub struct GetStats;
 
 /// Makes the partition's next commit fail, as a failing disk would (tests of recovery).
 #[cfg(any(test, feature = "test-util"))]
@@ -429,10 +429,10 @@ impl PartitionActor {
     }
 }
 
-impl Handler<Stats> for PartitionActor {
+impl Handler<GetStats> for PartitionActor {
     type Result = Result<PartitionStats, Error>;
 
-    fn handle(&mut self, _: Stats, ctx: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _: GetStats, ctx: &mut Self::Context) -> Self::Result {
         self.store(ctx)?;
         Ok(self.stats)
     }

@@ -197,7 +197,7 @@ pub(super) fn record_checksum(offset: u64, key: Option<&str>, payload: &str) -> 
     crc ^ (offset as u32) ^ ((offset >> 32) as u32).rotate_left(8)
 }
 
-/// The definite rejections of SEMANTICS Part A 5, checked before anything is written: the one
+/// The definite rejections of an append ([`AppendRejection`]), checked before anything is written: the one
 /// definition, used by the store and by callers that validate a request before sending it.
 pub fn check_batch(
     batch: &[NewRecord],

@@ -1,4 +1,4 @@
-//! Committed consumer positions: commit (forward only), look up, list, delete, and the backlog
+//! Committed positions of groups: commit (forward only), look up, list, delete, and the backlog
 //! they leave.
 
 use std::collections::BTreeMap;
@@ -9,15 +9,15 @@ use super::{LogStore, StoreError};
 use crate::names::validate_group;
 
 impl LogStore {
-    /// Commits `consumer`'s position: "everything below `offset` is processed". Commits only
+    /// Commits `group`'s position: "everything below `offset` is processed". Commits only
     /// move forward: an offset at or below the current cursor changes nothing. Returns the
     /// cursor in effect afterwards.
     ///
     /// # Errors
     /// [`StoreError::InvalidName`], [`StoreError::InvalidOffset`] beyond `next_offset`, or a
     /// storage failure.
-    pub fn commit(&self, consumer: &str, offset: u64) -> Result<u64, StoreError> {
-        validate_group(consumer)?;
+    pub fn commit(&self, group: &str, offset: u64) -> Result<u64, StoreError> {
+        validate_group(group)?;
         self.write(|tx, tail| {
             let now = self.now_ms();
             let next_offset = tail.next_offset;
@@ -31,7 +31,7 @@ impl LogStore {
                 .prepare_cached(
                     "SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2",
                 )?
-                .query_row(params![self.key, consumer], |row| row.get(0))
+                .query_row(params![self.key, group], |row| row.get(0))
                 .optional()?;
             match current {
                 Some(current) if current >= offset => Ok(current),
@@ -42,30 +42,30 @@ impl LogStore {
                          ON CONFLICT (partition, consumer) DO UPDATE
                          SET offset = excluded.offset, committed_at = excluded.committed_at",
                     )?
-                    .execute(params![self.key, consumer, offset, now])?;
+                    .execute(params![self.key, group, offset, now])?;
                     Ok(offset)
                 }
             }
         })
     }
 
-    /// `consumer`'s committed position, or `None` if it never committed.
+    /// `group`'s committed position, or `None` if it never committed.
     ///
     /// # Errors
     /// [`StoreError::InvalidName`] or a storage failure.
-    pub fn cursor(&self, consumer: &str) -> Result<Option<u64>, StoreError> {
-        validate_group(consumer)?;
+    pub fn cursor(&self, group: &str) -> Result<Option<u64>, StoreError> {
+        validate_group(group)?;
         self.snapshot(|tx| {
             Ok(tx
                 .prepare_cached(
                     "SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2",
                 )?
-                .query_row(params![self.key, consumer], |row| row.get(0))
+                .query_row(params![self.key, group], |row| row.get(0))
                 .optional()?)
         })
     }
 
-    /// Every consumer's committed position, by consumer name.
+    /// Every group's committed position, by group name.
     ///
     /// # Errors
     /// A storage failure.
@@ -79,27 +79,27 @@ impl LogStore {
         })
     }
 
-    /// Deletes `consumer`'s cursor and its leases, so it stops holding back the backlog and a
+    /// Deletes `group`'s cursor and its leases, so it stops holding back the backlog and a
     /// later commit may start anywhere valid. Returns whether there was a cursor.
     ///
     /// # Errors
     /// [`StoreError::InvalidName`] or a storage failure.
-    pub fn delete_cursor(&self, consumer: &str) -> Result<bool, StoreError> {
-        validate_group(consumer)?;
+    pub fn delete_cursor(&self, group: &str) -> Result<bool, StoreError> {
+        validate_group(group)?;
         self.write(|tx, _| {
             let deleted = tx
                 .prepare_cached("DELETE FROM cursors WHERE partition = ?1 AND consumer = ?2")?
-                .execute(params![self.key, consumer])?;
+                .execute(params![self.key, group])?;
             tx.prepare_cached("DELETE FROM leases WHERE partition = ?1 AND consumer = ?2")?
-                .execute(params![self.key, consumer])?;
+                .execute(params![self.key, group])?;
             tx.prepare_cached("DELETE FROM allocations WHERE partition = ?1 AND consumer = ?2")?
-                .execute(params![self.key, consumer])?;
+                .execute(params![self.key, group])?;
             Ok(deleted > 0)
         })
     }
 
-    /// Records not yet processed by the slowest consumer: `next_offset` minus the lowest
-    /// cursor, or 0 when no consumer has a cursor. Reported as `pendingDeliveries`.
+    /// Records not yet processed by the slowest group: `next_offset` minus the lowest
+    /// cursor, or 0 when no group has a cursor. Reported as `pendingDeliveries`.
     ///
     /// # Errors
     /// A storage failure.

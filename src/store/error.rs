@@ -49,7 +49,7 @@ pub enum StoreError {
     /// A page limit outside `1..`.
     #[error("limit must be a positive integer")]
     InvalidLimit,
-    /// A consumer name that breaks the naming rules.
+    /// A group name that breaks the naming rules.
     #[error(transparent)]
     InvalidName(#[from] NameError),
     /// The batch is not held by this group: unknown, fenced by a redelivery, already settled,

@@ -968,8 +968,8 @@ struct Staged {
     keys: HashMap<String, (u64, i64)>,
 }
 
-/// Records not yet processed by a partition's slowest consumer: `next_offset` minus the lowest
-/// cursor, or 0 when no consumer has a cursor.
+/// Records not yet processed by a partition's slowest group: `next_offset` minus the lowest
+/// cursor, or 0 when no group has a cursor.
 pub(super) fn pending_deliveries(
     conn: &Connection,
     key: i64,

@@ -141,7 +141,7 @@ struct HeldDeadLetter {
 }
 
 impl DeadLetter for HeldDeadLetter {
-    fn send<'a>(
+    fn store_exhausted<'a>(
         &'a self,
         _origin: &'a durability::names::PartitionId,
         _records: &'a [Record],
