@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use actix_web::{App, HttpServer};
+use clap::Parser;
 use durability::{Config, Log, http};
 
 /// jemalloc: its size-class slabs keep a burst of partitions from fragmenting the heap the way
@@ -32,68 +33,39 @@ struct AllocatorSettings(*const std::ffi::c_char);
 #[cfg(target_os = "linux")]
 unsafe impl Sync for AllocatorSettings {}
 
-const USAGE: &str = "\
-durability: a partitioned, retained, append-only log served over HTTP
-
-Usage: durability [--config FILE]
-
-Options:
-  --config FILE  settings overriding the built-in defaults (config/default.toml)
-  -h, --help     print this help
-  -V, --version  print the version
-
-Environment variables DURABILITY__<SECTION>__<KEY> override both (e.g.
-DURABILITY__SERVER__BIND=127.0.0.1:0). RUST_LOG sets the log level (default: info).";
-
-/// What the command line asked for.
-enum Command {
-    Serve { config: Option<PathBuf> },
-    Help,
-    Version,
-}
-
-fn parse_args(mut args: impl Iterator<Item = String>) -> Result<Command, String> {
-    let mut config = None;
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "-h" | "--help" => return Ok(Command::Help),
-            "-V" | "--version" => return Ok(Command::Version),
-            "--config" => {
-                config = Some(args.next().ok_or("--config needs a file")?.into());
-            }
-            other => match other.strip_prefix("--config=") {
-                Some(file) => config = Some(file.into()),
-                None => return Err(format!("unexpected argument {other:?}")),
-            },
-        }
-    }
-    Ok(Command::Serve { config })
+/// The command line.
+#[derive(Parser)]
+#[command(
+    version,
+    about = "durability: a partitioned, retained, append-only log served over HTTP",
+    after_help = "Environment variables DURABILITY__<SECTION>__<KEY> override the file and the \
+                  defaults (e.g. DURABILITY__SERVER__BIND=127.0.0.1:0). RUST_LOG sets the log \
+                  level (default: info)."
+)]
+struct Args {
+    /// Settings overriding the built-in defaults (config/default.toml).
+    #[arg(short, long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Checks the configuration (file, environment and defaults together), prints the
+    /// result and exits: 0 when it is valid, 2 when not.
+    #[arg(long)]
+    check_config: bool,
 }
 
 fn main() -> ExitCode {
-    let config_file = match parse_args(std::env::args().skip(1)) {
-        Ok(Command::Serve { config }) => config,
-        Ok(Command::Help) => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
-        }
-        Ok(Command::Version) => {
-            println!("durability {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        Err(message) => {
-            eprintln!("error: {message}\n\n{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
-    let config = match Config::load(config_file.as_deref()) {
+    let config = match Config::load(args.config.as_deref()) {
         Ok(config) => config,
         Err(err) => {
             eprintln!("error: invalid configuration: {err}");
             return ExitCode::from(2);
         }
     };
+    if args.check_config {
+        println!("configuration is valid");
+        return ExitCode::SUCCESS;
+    }
     log::info!("configuration: {:?}", config.redacted());
     raise_fd_limit();
     match actix_web::rt::System::new().block_on(serve(config)) {
@@ -228,30 +200,33 @@ async fn warn_if_cold_store_unreachable(config: &Config) {
 
 #[cfg(test)]
 mod tests {
+    use clap::CommandFactory;
+
     use super::*;
 
-    fn args(list: &[&str]) -> impl Iterator<Item = String> {
-        list.iter()
-            .map(|arg| arg.to_string())
-            .collect::<Vec<_>>()
-            .into_iter()
+    /// The command line is well formed (clap's own consistency checks).
+    #[test]
+    fn command_line_is_consistent() {
+        Args::command().debug_assert();
     }
 
-    /// Both spellings of `--config` name the file; anything else is refused.
+    /// Every spelling of `--config` names the file; `--check-config` is a flag; anything else
+    /// is refused.
     #[test]
-    fn parses_config_flag() {
-        assert!(matches!(
-            parse_args(args(&[])),
-            Ok(Command::Serve { config: None })
-        ));
-        assert!(
-            matches!(parse_args(args(&["--config", "a.toml"])), Ok(Command::Serve { config: Some(p) }) if p.as_os_str() == "a.toml")
-        );
-        assert!(
-            matches!(parse_args(args(&["--config=b.toml"])), Ok(Command::Serve { config: Some(p) }) if p.as_os_str() == "b.toml")
-        );
-        assert!(parse_args(args(&["--config"])).is_err());
-        assert!(parse_args(args(&["--bogus"])).is_err());
-        assert!(matches!(parse_args(args(&["--help"])), Ok(Command::Help)));
+    fn parses_config_flags() {
+        let parse = |list: &[&str]| Args::try_parse_from(["durability"].iter().chain(list));
+        let config = |list: &[&str]| parse(list).unwrap().config;
+        assert_eq!(config(&[]), None);
+        for spelling in [
+            &["--config", "a.toml"][..],
+            &["--config=a.toml"],
+            &["-c", "a.toml"],
+        ] {
+            assert_eq!(config(spelling), Some(PathBuf::from("a.toml")));
+        }
+        assert!(parse(&["--check-config"]).unwrap().check_config);
+        assert!(!parse(&[]).unwrap().check_config);
+        assert!(parse(&["--config"]).is_err());
+        assert!(parse(&["--bogus"]).is_err());
     }
 }

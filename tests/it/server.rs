@@ -180,3 +180,38 @@ fn binary_reads_config_file() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("log.max_batch_sise"));
 }
+
+/// `--check-config` validates the file, the environment and the defaults together and exits
+/// without serving: 0 and "configuration is valid", or 2 and the offending key. `--version`
+/// prints the version.
+#[test]
+fn binary_checks_its_configuration_without_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("good.toml");
+    std::fs::write(&file, "[log]\nmax_batch_size = 5\n").unwrap();
+    let check = |env_value: Option<&str>| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_durability"));
+        command.args(["--check-config", "-c"]).arg(&file);
+        command.current_dir(dir.path());
+        if let Some(value) = env_value {
+            command.env("DURABILITY__RETENTION__MAX_BYTES", value);
+        }
+        command.output().unwrap()
+    };
+    let valid = check(None);
+    assert_eq!(valid.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&valid.stdout).contains("configuration is valid"));
+    let invalid = check(Some("many"));
+    assert_eq!(invalid.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&invalid.stderr).contains("retention.max_bytes"));
+    assert!(
+        !dir.path().join("data").exists(),
+        "checking creates no data folder"
+    );
+
+    let version = Command::new(env!("CARGO_BIN_EXE_durability"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
