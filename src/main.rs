@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use actix_web::middleware::Logger;
 use actix_web::{App, HttpServer};
 use clap::Parser;
 use durability::{Config, Log, http};
@@ -54,7 +55,8 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("info")).init();
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(DEFAULT_LOG_FILTER))
+        .init();
     let config = match Config::load(args.config.as_deref()) {
         Ok(config) => config,
         Err(err) => {
@@ -124,7 +126,9 @@ async fn serve(config: Config) -> std::io::Result<()> {
     // One set of metrics for every worker, so a scrape sees the whole server.
     let metrics = durability::metrics::Metrics::new(log.cold_flushes(), log.partition_counters());
     let server = HttpServer::new(move || {
-        App::new().configure(http::service_with_metrics(served.clone(), metrics.clone()))
+        App::new()
+            .wrap(Logger::new(ACCESS_LOG_FORMAT).log_target(ACCESS_LOG_TARGET))
+            .configure(http::service_with_metrics(served.clone(), metrics.clone()))
     })
     .bind(&config.server.bind)
     .map_err(|err| {
@@ -155,6 +159,15 @@ async fn serve(config: Config) -> std::io::Result<()> {
     }
     result
 }
+
+/// The log filter without `RUST_LOG`: `info`, but the access log off (a line per request cost
+/// a quarter of the throughput of small reads); `RUST_LOG=info` turns it on.
+const DEFAULT_LOG_FILTER: &str = "info,durability::access=off";
+
+/// One access-log line per request: client, request line, status, body bytes, milliseconds.
+const ACCESS_LOG_FORMAT: &str = r#"%a "%r" %s %b %Dms"#;
+/// The access log's target, so `RUST_LOG` can set its level alone.
+const ACCESS_LOG_TARGET: &str = "durability::access";
 
 /// The longest a shutdown waits for requests in flight (long-polls answer at once) before it
 /// drops their connections.

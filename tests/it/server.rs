@@ -15,14 +15,24 @@ struct ServerProcess {
 
 impl ServerProcess {
     fn start() -> Self {
+        Self::start_logging(Some("warn"), Stdio::inherit())
+    }
+
+    /// Starts the server with `RUST_LOG` set to `filter` (unset when `None`), its log going
+    /// to `stderr`.
+    fn start_logging(filter: Option<&str>, stderr: Stdio) -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_durability"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_durability"));
+        match filter {
+            Some(filter) => command.env("RUST_LOG", filter),
+            None => command.env_remove("RUST_LOG"),
+        };
+        let mut child = command
             .env("DURABILITY__SERVER__BIND", "127.0.0.1:0")
             .env("DURABILITY__STORAGE__DATA_DIR", dir.path().join("data"))
             .env("DURABILITY__COLD__DIR", dir.path().join("cold"))
-            .env("RUST_LOG", "warn")
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("start the server binary");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
@@ -214,4 +224,32 @@ fn binary_checks_its_configuration_without_serving() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+/// The access log is off by default and on with `RUST_LOG=info`: one line per request with
+/// the request line and the status.
+#[test]
+fn access_log_is_off_by_default_and_on_at_info() {
+    let logs = tempfile::tempdir().unwrap();
+    let lines_with = |filter: Option<&str>, name: &str| {
+        let path = logs.path().join(name);
+        let file = std::fs::File::create(&path).unwrap();
+        let server = ServerProcess::start_logging(filter, Stdio::from(file));
+        let request = "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+        assert_eq!(server.request(request).0, 200);
+        assert!(server.terminate().success());
+        std::fs::read_to_string(&path).unwrap()
+    };
+    let default = lines_with(None, "default.log");
+    assert!(
+        default.contains("stopped"),
+        "the log itself is on: {default}"
+    );
+    assert!(!default.contains("GET /healthz"), "{default}");
+    let info = lines_with(Some("info"), "info.log");
+    assert!(
+        info.lines().any(|line| line.contains("durability::access")
+            && line.contains("\"GET /healthz HTTP/1.1\" 200")),
+        "{info}"
+    );
 }
