@@ -81,6 +81,8 @@ pub enum ColdStep {
     AfterWrite,
     /// `get` fails (the store is unreachable for reads).
     Read,
+    /// `delete` fails without removing anything.
+    Delete,
 }
 
 /// Wraps a cold store and fails at the chosen steps until told otherwise.
@@ -111,7 +113,7 @@ impl FailingColdStore {
 
     /// Fails at every step: the store is down.
     pub fn go_down(&self) {
-        *self.failing() = vec![ColdStep::BeforeWrite, ColdStep::Read];
+        *self.failing() = vec![ColdStep::BeforeWrite, ColdStep::Read, ColdStep::Delete];
     }
 
     /// Stops failing.
@@ -158,6 +160,11 @@ impl ColdStore for FailingColdStore {
     }
 
     fn delete<'a>(&'a self, key: &'a SegmentKey) -> ColdFuture<'a, ()> {
-        self.inner.delete(key)
+        Box::pin(async move {
+            if self.fails_at(ColdStep::Delete) {
+                return Err(ColdStoreError::Injected("delete"));
+            }
+            self.inner.delete(key).await
+        })
     }
 }

@@ -241,6 +241,13 @@ impl LogStore {
         self.volume.shared().arm(Fault::AfterSegmentIndexed);
     }
 
+    /// Makes the next trim pass fail after it stored its segment in the cold tier and before it
+    /// indexed it, as a crash there would.
+    #[cfg(any(test, feature = "test-util"))]
+    pub fn fail_next_trim_after_put(&self) {
+        self.volume.shared().arm(Fault::AfterSegmentStored);
+    }
+
     fn now_ms(&self) -> i64 {
         self.options.clock.now_ms()
     }

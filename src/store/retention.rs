@@ -136,7 +136,9 @@ impl LogStore {
                     if let Some(counters) = &self.options.flush_counters {
                         counters.count(&flushed);
                     }
-                    Some(flushed?)
+                    let flushed = flushed?;
+                    self.injected_fault(Fault::AfterSegmentStored)?;
+                    Some(flushed)
                 }
                 None => None,
             };

@@ -59,6 +59,8 @@ pub(super) enum Fault {
     BeforeCommit = 0,
     /// In a trim pass, after the segment is indexed and before the hot records are deleted.
     AfterSegmentIndexed = 1,
+    /// In a trim pass, after the segment is stored in the cold tier and before it is indexed.
+    AfterSegmentStored = 2,
 }
 
 /// The log's end: the offset the next record gets and the running total of appended bytes.
@@ -133,7 +135,7 @@ pub(super) struct Shared {
     /// Why the volume was found damaged, once it was: from then on it refuses writes for good
     /// (reads go on where the files still allow).
     damaged: std::sync::OnceLock<String>,
-    faults: [AtomicBool; 2],
+    faults: [AtomicBool; 3],
 }
 
 /// One SQLite database of many partitions. See the module docs.
