@@ -20,6 +20,7 @@ mod segment;
 mod volume;
 
 use std::path::Path;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, Transaction};
@@ -158,6 +159,10 @@ pub struct LogStore {
     epoch: u64,
     /// Set while a trim runs, so two trims never flush the same records.
     trimming: tokio::sync::Mutex<()>,
+    /// A cold object of this partition may be stored without an index entry: set at open (an
+    /// earlier process may have died mid-flush) and by a failed trim, cleared once the upload
+    /// rows are settled (see `retention.rs`).
+    uploads_unsettled: AtomicBool,
     /// Recently read cold segments, so paging through one segment fetches it once.
     segment_cache: read::SegmentCache,
 }
@@ -203,6 +208,7 @@ impl LogStore {
             }),
             epoch,
             trimming: tokio::sync::Mutex::new(()),
+            uploads_unsettled: AtomicBool::new(true),
             segment_cache: read::SegmentCache::default(),
         }))
     }

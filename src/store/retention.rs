@@ -2,10 +2,22 @@
 //! forgetting cold segments.
 //!
 //! A trim pass takes the oldest hot records that break a limit, at most `max_batch_size` of
-//! them, and then, in this order: writes their segment to the cold store (create-only), and in
-//! one transaction records the segment in the index and deletes the hot records. A crash or a
-//! failure at any point loses nothing: before the index is written the records are still hot,
-//! and a retried pass finds the identical object already stored and accepts it.
+//! them, and then, in this order: records the segment's key as an upload in progress
+//! (`cold_uploads`, committed), writes the segment to the cold store (create-only), and in one
+//! transaction records the segment in the index, deletes the hot records and deletes the upload
+//! row. A crash or a failure at any point loses nothing: before the index is written the
+//! records are still hot, and a retried pass finds the identical object already stored and
+//! accepts it.
+//!
+//! Nor does it leave garbage for ever. A pass interrupted after its write leaves an object that
+//! no index entry names, and the pass after a restart may choose another range (the limits or
+//! the hot window changed), so nothing would ever name it. Its upload row does: the first trim
+//! after a store opens, and the first after a failed trim, deletes the object of every upload
+//! row that the index does not name, then the row ([`LogStore::remove_unindexed_uploads`]).
+//! An object that the index names is never deleted. This costs one committed write per flush
+//! and, per store opened, one indexed query (usually answered by no row); it never lists the
+//! cold store. Removing `.tmp-*` files that killed writes left in a folder store is
+//! [`FsColdStore`](crate::cold::FsColdStore)'s part.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -89,9 +101,13 @@ struct Pass {
 impl LogStore {
     /// Enforces retention now: removes the oldest hot records that break a limit, in passes of
     /// at most `max_batch_size`, flushing each pass to the cold tier (when there is one) before
-    /// deleting it. Returns how many records left the hot window (0 without work when no limit
-    /// is set). A trim already running is waited for first, so that when this one answers the
-    /// hot window is within its limits, whoever trimmed it.
+    /// deleting it. Returns how many records left the hot window (0 when no limit is set). A
+    /// trim already running is waited for first, so that when this one answers the hot window
+    /// is within its limits, whoever trimmed it.
+    ///
+    /// The first trim after the store opens, and the first after a failed trim, first removes
+    /// the cold objects that earlier flushes stored without indexing them (see the module
+    /// docs); that removal failing is logged and retried by the next trim, and fails nothing.
     ///
     /// Blocks the calling thread for SQLite work; awaits cold-store I/O.
     ///
@@ -100,12 +116,88 @@ impl LogStore {
     /// failed pass removes nothing. A storage failure.
     pub async fn trim(&self) -> Result<u64, StoreError> {
         let retention = self.options.retention;
-        if retention.is_unlimited() {
+        if retention.is_unlimited() && !self.may_have_unindexed_uploads() {
             return Ok(0);
         }
         // Released however this future ends: finished, failed, panicked or dropped mid-flush.
         let _one_at_a_time = self.trimming.lock().await;
-        self.trim_passes(retention).await
+        if self.may_have_unindexed_uploads()
+            && let Err(err) = self.remove_unindexed_uploads_now().await
+        {
+            log::warn!(
+                "{}: cannot remove cold uploads left unindexed, will retry: {err}",
+                self.describe()
+            );
+        }
+        if retention.is_unlimited() {
+            return Ok(0);
+        }
+        let trimmed = self.trim_passes(retention).await;
+        if trimmed.is_err() {
+            // The failed pass may have stored its segment without indexing it.
+            self.uploads_unsettled.store(true, Ordering::SeqCst);
+        }
+        trimmed
+    }
+
+    /// Removes the cold objects that flushes of this partition stored and never indexed (a
+    /// crash or a failure between the write and the index), each object first and then its
+    /// upload row; an object that the index names is never deleted, only its stale row. Returns
+    /// how many unindexed uploads it removed (deleting a missing object counts: the write may
+    /// never have happened). [`LogStore::trim`] calls it when needed; it waits for a running
+    /// trim, so that no flush is in flight meanwhile.
+    ///
+    /// Blocks the calling thread for SQLite work; awaits cold-store I/O.
+    ///
+    /// # Errors
+    /// [`StoreError::Cold`] when the cold store fails to delete: the rows not yet settled stay,
+    /// for the next call. A storage failure.
+    pub async fn remove_unindexed_uploads(&self) -> Result<u64, StoreError> {
+        let _one_at_a_time = self.trimming.lock().await;
+        self.remove_unindexed_uploads_now().await
+    }
+
+    /// Whether an object of this partition may be stored without an index entry: not checked
+    /// since the store opened, or a trim failed since the last check.
+    fn may_have_unindexed_uploads(&self) -> bool {
+        self.options.cold.is_some() && self.uploads_unsettled.load(Ordering::SeqCst)
+    }
+
+    /// [`LogStore::remove_unindexed_uploads`], under the trim lock already held.
+    async fn remove_unindexed_uploads_now(&self) -> Result<u64, StoreError> {
+        let Some(cold) = &self.options.cold else {
+            return Ok(0);
+        };
+        // Whether the index names each upload is decided here, in SQL. No upload can become
+        // indexed before the deletes below: only a trim pass adds to the index, and the trim
+        // lock is held.
+        let uploads: Vec<(String, bool)> = self.snapshot(|tx| {
+            let mut statement = tx.prepare_cached(
+                "SELECT u.locator, EXISTS (SELECT 1 FROM segments AS s
+                                           WHERE s.partition = u.partition AND s.locator = u.locator)
+                 FROM cold_uploads AS u WHERE u.partition = ?1",
+            )?;
+            let rows = statement.query_map([self.key], |row| Ok((row.get(0)?, row.get(1)?)))?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })?;
+        let mut removed = 0;
+        for (locator, indexed) in uploads {
+            if !indexed {
+                let key = SegmentKey::from_stored(locator.clone());
+                cold.store.delete(&key).await?;
+                log::info!("{}: removed unindexed cold upload {key}", self.describe());
+                removed += 1;
+            }
+            self.write(|tx, _| {
+                tx.prepare_cached(
+                    "DELETE FROM cold_uploads WHERE partition = ?1 AND locator = ?2",
+                )?
+                .execute(params![self.key, locator])?;
+                Ok(())
+            })?;
+        }
+        self.uploads_unsettled.store(false, Ordering::SeqCst);
+        Ok(removed)
     }
 
     async fn trim_passes(&self, retention: Retention) -> Result<u64, StoreError> {
@@ -132,7 +224,7 @@ impl LogStore {
             let Some(pass) = pass else { break };
             let flushed = match &self.options.cold {
                 Some(cold) => {
-                    let flushed = flush(cold, &pass).await;
+                    let flushed = self.flush(cold, &pass).await;
                     if let Some(counters) = &self.options.flush_counters {
                         counters.count(&flushed);
                     }
@@ -151,7 +243,63 @@ impl LogStore {
         Ok(removed)
     }
 
-    /// Indexes the flushed segment (if any) and deletes the pass's hot records, atomically.
+    /// Writes the pass's segment create-only, after recording the upload (see the module docs).
+    /// An object already under its key is accepted only if it is this very segment (a retried
+    /// pass), never overwritten.
+    async fn flush(
+        &self,
+        cold: &ColdTier,
+        pass: &Pass,
+    ) -> Result<(SegmentKey, Encoded), StoreError> {
+        let (first, last) = (
+            pass.records[0].offset,
+            pass.records[pass.records.len() - 1].offset,
+        );
+        let key = SegmentKey::new(&cold.prefix, &cold.topic, cold.partition, first, last);
+        let encoded = segment::encode(&cold.topic, cold.partition, &pass.records);
+        let recorded_now = self.record_upload(&key)?;
+        if cold.store.put(&key, &encoded.bytes).await? == PutOutcome::AlreadyExists {
+            let existing = cold.store.get(&key).await?;
+            if existing.as_deref() != Some(encoded.bytes.as_slice()) {
+                if recorded_now {
+                    // The object was there before this partition claimed the key: it is not
+                    // one of its uploads, and removing leftovers must never delete it.
+                    self.forget_upload(&key)?;
+                }
+                return Err(ColdStoreError::Conflict {
+                    key: key.to_string(),
+                }
+                .into());
+            }
+        }
+        Ok((key, encoded))
+    }
+
+    /// Records that an object may be stored under `key`, before it is written; `false` when an
+    /// earlier pass had recorded it already.
+    fn record_upload(&self, key: &SegmentKey) -> Result<bool, StoreError> {
+        self.write(|tx, _| {
+            let inserted = tx
+                .prepare_cached(
+                    "INSERT INTO cold_uploads (partition, locator) VALUES (?1, ?2)
+                     ON CONFLICT DO NOTHING",
+                )?
+                .execute(params![self.key, key.as_str()])?;
+            Ok(inserted == 1)
+        })
+    }
+
+    /// Drops the upload row of `key` without deleting the object.
+    fn forget_upload(&self, key: &SegmentKey) -> Result<(), StoreError> {
+        self.write(|tx, _| {
+            tx.prepare_cached("DELETE FROM cold_uploads WHERE partition = ?1 AND locator = ?2")?
+                .execute(params![self.key, key.as_str()])?;
+            Ok(())
+        })
+    }
+
+    /// Indexes the flushed segment (if any), settles its upload row and deletes the pass's hot
+    /// records, atomically.
     fn complete_pass(
         &self,
         pass: &Pass,
@@ -171,6 +319,8 @@ impl LogStore {
                         bytes = excluded.bytes, flushed_at = excluded.flushed_at",
                 )?
                 .execute(params![self.key, first, last, key.as_str(), encoded.checksum, pass.bytes, self.now_ms()])?;
+                tx.prepare_cached("DELETE FROM cold_uploads WHERE partition = ?1 AND locator = ?2")?
+                    .execute(params![self.key, key.as_str()])?;
                 self.injected_fault(Fault::AfterSegmentIndexed)?;
             }
             tx.prepare_cached(
@@ -287,25 +437,4 @@ fn plan_pass(
         pass.records.push(store.checked(record, row.get(6)?)?);
     }
     Ok((!pass.records.is_empty()).then_some(pass))
-}
-
-/// Writes the pass's segment create-only. An object already under its key is accepted only if
-/// it is this very segment (a retried pass), never overwritten.
-async fn flush(cold: &ColdTier, pass: &Pass) -> Result<(SegmentKey, Encoded), StoreError> {
-    let (first, last) = (
-        pass.records[0].offset,
-        pass.records[pass.records.len() - 1].offset,
-    );
-    let key = SegmentKey::new(&cold.prefix, &cold.topic, cold.partition, first, last);
-    let encoded = segment::encode(&cold.topic, cold.partition, &pass.records);
-    if cold.store.put(&key, &encoded.bytes).await? == PutOutcome::AlreadyExists {
-        let existing = cold.store.get(&key).await?;
-        if existing.as_deref() != Some(encoded.bytes.as_slice()) {
-            return Err(ColdStoreError::Conflict {
-                key: key.to_string(),
-            }
-            .into());
-        }
-    }
-    Ok((key, encoded))
 }

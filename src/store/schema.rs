@@ -108,6 +108,18 @@ const MIGRATIONS: &[&str] = &[
     // 2: a checksum per record (CRC-32 of its offset, key and payload; NULL in older rows,
     // which are not checked).
     "ALTER TABLE records ADD COLUMN checksum INTEGER;",
+    // 3: cold uploads that may be stored without an index entry.
+    "
+    -- A trim pass records its segment's key here, committed, before it writes the object to
+    -- the cold store; the transaction that indexes the segment deletes the row. So every object
+    -- a partition may have stored and not indexed (a crash or a failure in between) is named
+    -- here, and is deleted, with its row, unless `segments` names it.
+    CREATE TABLE cold_uploads (
+        partition INTEGER NOT NULL,  -- partitions.id
+        locator   TEXT    NOT NULL,  -- the object's key in the cold store
+        PRIMARY KEY (partition, locator)
+    ) WITHOUT ROWID;
+    ",
 ];
 
 /// The schema version this program writes.

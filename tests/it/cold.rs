@@ -625,6 +625,126 @@ async fn foreign_object_under_segment_key_is_a_conflict(cold: Arc<FailingColdSto
 on_every_backend!(foreign_object_under_segment_key_is_a_conflict);
 
 // ---------------------------------------------------------------------------------------------
+// Leftovers: what a crash left unindexed is removed, what the index names never is
+// ---------------------------------------------------------------------------------------------
+
+/// The locators of the indexed segments, read from the volume's `segments` table.
+fn indexed_locators(t: &TestStore) -> BTreeSet<String> {
+    let conn = rusqlite::Connection::open(t.store.path()).expect("open the volume");
+    let mut statement = conn
+        .prepare("SELECT locator FROM segments")
+        .expect("a segments table");
+    statement
+        .query_map([], |row| row.get(0))
+        .expect("query the segments")
+        .collect::<Result<_, _>>()
+        .expect("locators")
+}
+
+/// Asserts that the cold store holds exactly the segments that the index names.
+async fn assert_cold_holds_only_indexed(t: &TestStore, cold: &Arc<FailingColdStore>) {
+    let stored: BTreeSet<String> = listed(cold).await.iter().map(|k| k.to_string()).collect();
+    assert_eq!(
+        stored,
+        indexed_locators(t),
+        "stored objects vs indexed segments"
+    );
+}
+
+/// A store whose pass 0..=1 (5 records, 3 kept) was stored in the cold tier and then failed
+/// before it was indexed, as a crash there would; set to keep 1 record once reopened, so its
+/// next pass takes 0..=3, a range that overlaps the leftover and has another key.
+async fn crashed_after_put(cold: &Arc<FailingColdStore>) -> TestStore {
+    let mut t = open(cold, 100, max_records(3));
+    append_ok(&t.store, &plain(&["a", "b", "c", "d", "e"]));
+    t.store.fail_next_trim_after_put();
+    let err = t.store.trim().await.unwrap_err();
+    assert!(matches!(err, StoreError::Sqlite(_)), "{err:?}");
+    assert_eq!(listed_spans(cold).await, [(0, 1)], "stored, not indexed");
+    assert_eq!(t.store.bounds().unwrap(), bounds(0, 0, 5));
+    t.options.retention = max_records(1);
+    t
+}
+
+/// The five records every leftover scenario appends.
+fn five() -> Vec<(u64, String)> {
+    expected(&[(0, "a"), (1, "b"), (2, "c"), (3, "d"), (4, "e")])
+}
+
+/// A segment stored but never indexed (a crash between the two) is removed by the first trim
+/// after the restart, although that trim flushes an overlapping range under another key: the
+/// cold store then holds exactly the indexed segments, and every record reads back once, in
+/// order, with no gap.
+async fn unindexed_upload_is_removed_after_a_crash(cold: Arc<FailingColdStore>) {
+    let t = crashed_after_put(&cold).await.reopen();
+    assert_eq!(t.store.trim().await.unwrap(), 4);
+    assert_eq!(listed_spans(&cold).await, [(0, 3)]);
+    assert_cold_holds_only_indexed(&t, &cold).await;
+    assert_eq!(t.store.bounds().unwrap(), bounds(0, 4, 5));
+    assert_eq!(read_all(&t.store, 100).await, five());
+}
+on_every_backend!(unindexed_upload_is_removed_after_a_crash);
+
+/// A leftover whose removal fails (the cold store refuses deletes) neither fails the trim nor
+/// is forgotten: the trim flushes as usual, and the next trim after the store recovers removes
+/// the leftover.
+async fn failed_leftover_removal_is_retried(cold: Arc<FailingColdStore>) {
+    let t = crashed_after_put(&cold).await.reopen();
+    cold.fail_at(ColdStep::Delete);
+    assert_eq!(t.store.trim().await.unwrap(), 4);
+    assert_eq!(
+        listed_spans(&cold).await,
+        [(0, 1), (0, 3)],
+        "not removed yet"
+    );
+
+    cold.recover();
+    assert_eq!(t.store.trim().await.unwrap(), 0);
+    assert_eq!(listed_spans(&cold).await, [(0, 3)]);
+    assert_cold_holds_only_indexed(&t, &cold).await;
+    assert_eq!(read_all(&t.store, 100).await, five());
+}
+on_every_backend!(failed_leftover_removal_is_retried);
+
+/// Removing leftovers never deletes a segment that the index names, even when an upload
+/// record names it too (written here by hand, as a bug might): after a restart and a trim the
+/// indexed segment is still stored and read, while a stray object that only an upload record
+/// names is removed, and so are both records.
+async fn indexed_segment_is_never_removed(cold: Arc<FailingColdStore>) {
+    let t = open(&cold, 100, max_records(1));
+    append_ok(&t.store, &plain(&["a", "b", "c"]));
+    assert_eq!(t.store.trim().await.unwrap(), 2);
+    assert_eq!(
+        cold.put(&key(5, 9), b"a stray upload").await.unwrap(),
+        PutOutcome::Created
+    );
+    let conn = rusqlite::Connection::open(t.store.path()).expect("open the volume");
+    for stored in [key(0, 1), key(5, 9)] {
+        conn.execute(
+            "INSERT INTO cold_uploads (partition, locator) VALUES ((SELECT id FROM partitions), ?1)",
+            [stored.as_str()],
+        )
+        .expect("record an upload");
+    }
+    drop(conn);
+
+    let t = t.reopen();
+    assert_eq!(t.store.trim().await.unwrap(), 0);
+    assert_eq!(listed(&cold).await, vec![key(0, 1)]);
+    assert_cold_holds_only_indexed(&t, &cold).await;
+    assert_eq!(
+        read_all(&t.store, 100).await,
+        expected(&[(0, "a"), (1, "b"), (2, "c")])
+    );
+    let conn = rusqlite::Connection::open(t.store.path()).expect("open the volume");
+    let records: u64 = conn
+        .query_row("SELECT count(*) FROM cold_uploads", [], |row| row.get(0))
+        .expect("count upload records");
+    assert_eq!(records, 0, "both upload records are settled");
+}
+on_every_backend!(indexed_segment_is_never_removed);
+
+// ---------------------------------------------------------------------------------------------
 // The backends on their own
 // ---------------------------------------------------------------------------------------------
 
