@@ -744,6 +744,49 @@ async fn indexed_segment_is_never_removed(cold: Arc<FailingColdStore>) {
 }
 on_every_backend!(indexed_segment_is_never_removed);
 
+/// Every file under `folder`, as a path relative to it with `/` separators.
+fn files_in(folder: &Path) -> BTreeSet<String> {
+    crate::common::files_under(folder)
+        .into_iter()
+        .filter(|path| path.is_file())
+        .map(|path| {
+            let relative = path.strip_prefix(folder).expect("under the folder");
+            relative.to_string_lossy().replace('\\', "/")
+        })
+        .collect()
+}
+
+/// What SIGKILLs during trims leave in a cold folder, all removed after a restart: the
+/// unindexed segment, the temporary file a killed put left next to it, and a temporary file an
+/// earlier process left elsewhere. The folder then holds exactly the indexed segments and no
+/// temporary file, and every record reads back once.
+#[actix::test]
+async fn fs_leftovers_of_killed_trims_are_removed() {
+    let folder = tempfile::tempdir().expect("temp dir");
+    let root = folder.path().join("cold");
+    let cold = Arc::new(FailingColdStore::new(Arc::new(FsColdStore::new(&root))));
+    let mut t = crashed_after_put(&cold).await;
+    let partial = root.join(PREFIX).join("events/0").join(format!(
+        ".tmp-{}-4242-0",
+        key(0, 1).as_str().rsplit('/').next().unwrap()
+    ));
+    std::fs::write(&partial, b"a segment cut short").unwrap();
+    let elsewhere = root.join(PREFIX).join("events/7");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let stray = elsewhere.join(".tmp-00000000000000000010-00000000000000000019-4242-3");
+    std::fs::write(&stray, b"another").unwrap();
+
+    // The restarted process: a new store over the same folder.
+    let restarted = Arc::new(FailingColdStore::new(Arc::new(FsColdStore::new(&root))));
+    t.options.cold = Some(tier(&restarted));
+    let t = t.reopen();
+    assert_eq!(t.store.trim().await.unwrap(), 4);
+
+    assert_eq!(files_in(&root), indexed_locators(&t));
+    assert_eq!(listed_spans(&restarted).await, [(0, 3)]);
+    assert_eq!(read_all(&t.store, 100).await, five());
+}
+
 // ---------------------------------------------------------------------------------------------
 // The backends on their own
 // ---------------------------------------------------------------------------------------------
