@@ -33,7 +33,7 @@ pub use read::{Bounds, Page, Record};
 pub use retention::{ColdFlushCounters, ColdTier, Retention};
 pub use volume::{INDEX_EVERY_ROWS, Volume};
 
-use volume::{Fault, PartitionTail, Tail};
+use volume::{Fault, PartitionTail, Tail, TrimLock};
 
 use crate::clock::{Clock, SystemClock};
 
@@ -157,14 +157,23 @@ pub struct LogStore {
     /// The volume's epoch when this store opened: after a failed commit the volume recovers
     /// under a new epoch, and this store refuses writes until it is reopened.
     epoch: u64,
-    /// Set while a trim runs, so two trims never flush the same records.
-    trimming: tokio::sync::Mutex<()>,
+    /// Set while a trim runs, so two trims never flush the same records; shared with any other
+    /// store open on the partition (see `Shared::trim_lock`).
+    trimming: Arc<TrimLock>,
     /// A cold object of this partition may be stored without an index entry: set at open (an
     /// earlier process may have died mid-flush) and by a failed trim, cleared once the upload
     /// rows are settled (see `retention.rs`).
     uploads_unsettled: AtomicBool,
     /// Recently read cold segments, so paging through one segment fetches it once.
     segment_cache: read::SegmentCache,
+}
+
+impl Drop for LogStore {
+    fn drop(&mut self) {
+        self.volume
+            .shared()
+            .release_trim_lock(self.key, &self.trimming);
+    }
 }
 
 impl LogStore {
@@ -207,7 +216,7 @@ impl LogStore {
                 tail: Mutex::new(tail),
             }),
             epoch,
-            trimming: tokio::sync::Mutex::new(()),
+            trimming: volume.shared().trim_lock(key),
             uploads_unsettled: AtomicBool::new(true),
             segment_cache: read::SegmentCache::default(),
         }))
@@ -285,5 +294,42 @@ impl LogStore {
         work: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.volume.shared().snapshot(work)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two stores open on one partition (one reopened after a failure while the other still
+    /// finishes its work) share the partition's trim lock, other partitions have their own,
+    /// and the lock is forgotten with the last store holding it.
+    #[test]
+    fn stores_of_one_partition_share_its_trim_lock() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let volume = Volume::open(dir.path().join("volume.sqlite"), SyncMode::Normal)
+            .expect("open a volume");
+        let open = |partition| {
+            LogStore::open_in(&volume, "events", partition, StoreOptions::default(), true)
+                .expect("open a partition")
+                .expect("created")
+        };
+        let (first, reopened, other) = (open(0), open(0), open(1));
+
+        let held = first.trimming.try_lock().expect("no trim runs");
+        assert!(
+            reopened.trimming.try_lock().is_err(),
+            "one lock per partition"
+        );
+        assert!(
+            other.trimming.try_lock().is_ok(),
+            "another partition's lock"
+        );
+        drop(held);
+        assert_eq!(volume.shared().trim_locks_kept(), 2);
+        drop((first, other));
+        assert_eq!(volume.shared().trim_locks_kept(), 1);
+        drop(reopened);
+        assert_eq!(volume.shared().trim_locks_kept(), 0);
     }
 }

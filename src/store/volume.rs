@@ -17,7 +17,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use r2d2_sqlite::SqliteConnectionManager;
@@ -136,7 +136,13 @@ pub(super) struct Shared {
     /// (reads go on where the files still allow).
     damaged: std::sync::OnceLock<String>,
     faults: [AtomicBool; 3],
+    /// The trim lock of each partition that has a store open, shared by all of them (see
+    /// [`Shared::trim_lock`]); an entry goes with the last store that holds it.
+    trim_locks: Mutex<HashMap<i64, Weak<TrimLock>>>,
 }
+
+/// Held while a partition trims or removes unindexed uploads.
+pub(super) type TrimLock = tokio::sync::Mutex<()>;
 
 /// One SQLite database of many partitions. See the module docs.
 pub struct Volume {
@@ -245,6 +251,7 @@ impl Volume {
             epoch: AtomicU64::new(0),
             damaged: std::sync::OnceLock::new(),
             faults: Default::default(),
+            trim_locks: Mutex::default(),
         });
         let high_water = read_high_water(&shared.path);
         let durable = lock(&shared.writer).last_seq;
@@ -349,6 +356,35 @@ impl Writer {
 }
 
 impl Shared {
+    /// The trim lock of partition `key`, shared by every store open on it. A store reopened
+    /// after a failed commit must not start a trim, or remove unindexed uploads, while the
+    /// store it replaced still finishes one: that one's upload may land after the removal.
+    pub(super) fn trim_lock(&self, key: i64) -> Arc<TrimLock> {
+        let mut locks = lock(&self.trim_locks);
+        if let Some(shared) = locks.get(&key).and_then(Weak::upgrade) {
+            return shared;
+        }
+        let fresh = Arc::new(TrimLock::new(()));
+        locks.insert(key, Arc::downgrade(&fresh));
+        fresh
+    }
+
+    /// Called by a store closing with its trim lock `held`: forgets the lock if no other store
+    /// holds it.
+    pub(super) fn release_trim_lock(&self, key: i64, held: &Arc<TrimLock>) {
+        let mut locks = lock(&self.trim_locks);
+        // Under the map's lock nobody else can take a new hold of it.
+        if Arc::strong_count(held) == 1 {
+            locks.remove(&key);
+        }
+    }
+
+    /// How many partitions' trim locks are kept.
+    #[cfg(test)]
+    pub(super) fn trim_locks_kept(&self) -> usize {
+        lock(&self.trim_locks).len()
+    }
+
     pub(super) fn epoch(&self) -> u64 {
         self.epoch.load(Ordering::SeqCst)
     }
