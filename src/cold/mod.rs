@@ -118,7 +118,9 @@ pub trait ColdStore: fmt::Debug + Send + Sync {
     /// Every key that starts with `prefix`, sorted.
     fn list<'a>(&'a self, prefix: &'a str) -> ColdFuture<'a, Vec<SegmentKey>>;
 
-    /// Removes the object under `key`; removing a missing object is not an error.
+    /// Removes the object under `key`; removing a missing object is not an error. Whatever an
+    /// interrupted `put` of `key` in an earlier process left (the folder store's temporary
+    /// files) goes with it: this is how leftovers of killed flushes are removed.
     fn delete<'a>(&'a self, key: &'a SegmentKey) -> ColdFuture<'a, ()>;
 }
 
