@@ -105,9 +105,10 @@ impl LogStore {
     /// trim already running is waited for first, so that when this one answers the hot window
     /// is within its limits, whoever trimmed it.
     ///
-    /// The first trim after the store opens, and the first after a failed trim, first removes
-    /// the cold objects that earlier flushes stored without indexing them (see the module
-    /// docs); that removal failing is logged and retried by the next trim, and fails nothing.
+    /// The first trim after the store opens, and the first after a failed (or dropped) trim,
+    /// first removes the cold objects that earlier flushes stored without indexing them (see
+    /// the module docs); that removal failing is logged and retried by the next trim, and fails
+    /// nothing.
     ///
     /// Blocks the calling thread for SQLite work; awaits cold-store I/O.
     ///
@@ -132,10 +133,12 @@ impl LogStore {
         if retention.is_unlimited() {
             return Ok(0);
         }
+        // A pass that fails, or whose future is dropped mid-flush, may leave its segment stored
+        // and unindexed: the flag says so until the passes are over.
+        let settled_before = !self.uploads_unsettled.swap(true, Ordering::SeqCst);
         let trimmed = self.trim_passes(retention).await;
-        if trimmed.is_err() {
-            // The failed pass may have stored its segment without indexing it.
-            self.uploads_unsettled.store(true, Ordering::SeqCst);
+        if trimmed.is_ok() && settled_before {
+            self.uploads_unsettled.store(false, Ordering::SeqCst);
         }
         trimmed
     }
@@ -158,7 +161,7 @@ impl LogStore {
     }
 
     /// Whether an object of this partition may be stored without an index entry: not checked
-    /// since the store opened, or a trim failed since the last check.
+    /// since the store opened, or a trim failed (or was dropped) since the last check.
     fn may_have_unindexed_uploads(&self) -> bool {
         self.options.cold.is_some() && self.uploads_unsettled.load(Ordering::SeqCst)
     }

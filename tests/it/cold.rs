@@ -787,6 +787,41 @@ async fn fs_leftovers_of_killed_trims_are_removed() {
     assert_eq!(read_all(&t.store, 100).await, five());
 }
 
+/// A trim dropped in the middle of its flush (its caller went away) leaves its segment stored
+/// and unindexed, the file work going on without it; the store's next trim, which flushes a
+/// longer range, removes that segment: the folder then holds exactly the indexed segments.
+#[actix::test]
+async fn fs_trim_dropped_mid_flush_leaves_nothing_behind() {
+    use futures_util::FutureExt;
+
+    let folder = tempfile::tempdir().expect("temp dir");
+    let root = folder.path().join("cold");
+    let cold = Arc::new(FailingColdStore::new(Arc::new(FsColdStore::new(&root))));
+    let t = open(&cold, 100, max_records(1));
+    append_ok(&t.store, &plain(&["a", "b", "c"]));
+    assert!(
+        t.store.trim().now_or_never().is_none(),
+        "the flush waits for its file work, and is dropped there"
+    );
+    // The file work runs on in the blocking pool: wait until it has stored the segment.
+    let stored = BTreeSet::from([key(0, 1).to_string()]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while files_in(&root) != stored {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{:?}",
+            files_in(&root)
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+
+    append_ok(&t.store, &plain(&["d", "e"]));
+    assert_eq!(t.store.trim().await.unwrap(), 4);
+    assert_eq!(files_in(&root), indexed_locators(&t));
+    assert_eq!(listed_spans(&cold).await, [(0, 3)]);
+    assert_eq!(read_all(&t.store, 100).await, five());
+}
+
 // ---------------------------------------------------------------------------------------------
 // The backends on their own
 // ---------------------------------------------------------------------------------------------
