@@ -19,10 +19,10 @@ use super::{ColdFuture, ColdStore, ColdStoreError, PutOutcome, SegmentKey};
 /// A process killed during a `put` leaves its temporary file (`.tmp-{name}-{tag}-{n}`, next to
 /// where the segment goes; listing skips it). The `tag` names the writing process: its pid and
 /// a random number drawn at start, because a restarted process often gets the same pid (always
-/// so in a container), and a pid alone would keep an earlier run's files for ever. A temporary
-/// file with another tag than this process's belongs to no put in flight, so removing it is
-/// safe at any time, even while this process writes; one with this process's tag is never
-/// removed (its put removes it). Two removals use that rule:
+/// so in a container), and a pid alone would keep an earlier run's files for ever. One process
+/// writes a cold folder, so a temporary file with another tag than its own belongs to no put in
+/// flight, and removing it is safe at any time, even while this process writes; one with this
+/// process's tag is never removed (its put removes it). Two removals use that rule:
 ///
 /// - `delete(key)` also removes the key's temporary files left by earlier processes. The
 ///   cleanup of unindexed uploads deletes every key a killed flush may have been writing, so
@@ -31,8 +31,9 @@ use super::{ColdFuture, ColdStore, ColdStoreError, PutOutcome, SegmentKey};
 ///   writing: it removes what earlier processes left that no upload record names (files from
 ///   before upload records existed, or from puts made outside a trim). At creation the store
 ///   has no runtime to run it on and `new` stays free of I/O; the first put is the first time
-///   the folder is written, on the trim path, never on the path of appends or reads. A failed
-///   sweep is logged and not retried before the next start.
+///   the folder is written, on the trim path, never on the path of appends or reads. That put
+///   waits for one walk of the folder, once per process. A failed sweep is logged and not
+///   retried before the next start.
 #[derive(Debug, Clone)]
 pub struct FsColdStore {
     root: PathBuf,
