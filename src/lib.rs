@@ -9,20 +9,28 @@
 //! # Layout
 //!
 //! ```text
-//! http (REST, actix-web) ──┐
-//! embedding application ───┴─> Log ─> PartitionRegistry ─> PartitionActor ─> LogStore ─> ColdStore
+//! http (REST) ──────────┐     cached address
+//! embedding application ┴─> Log ──────────────────┐
+//!                            │ PartitionRegistry ─┴─> PartitionActor ─> LogStore ─> Volume
+//!                            │   (on a miss: opens)          │                └─> ColdStore
+//!                            └─<─ DeadLetter <─ exhausted ───┘
 //! ```
 //!
 //! In data-flow order:
 //! - [`http`]: the REST server's routes; it talks only to [`Log`].
 //! - [`metrics`]: the server's Prometheus metrics (`GET /metrics`), fed by [`http`] and [`Log`].
 //! - [`log`]: [`Log`], the cloneable handle: validates names, routes keyed events with the
-//!   partitioning function, and sends each operation to its partition's actor.
-//! - `registry` (internal): the `PartitionRegistry` actor, a supervisor that knows which volume
-//!   holds each partition, opens a partition's actor on its first message, keeps at most
-//!   `partitions.max_open` open (closing the least recently used idle one, or answering
-//!   [`Error::Overloaded`]), closes idle ones, wakes them when retention is due, and restarts
-//!   one whose store failed.
+//!   partitioning function, and sends each operation to its partition's actor, straight to
+//!   the address it last located (a cache shared by every handle, from which the registry
+//!   removes a partition it closes) or through the registry. Its files group the operations
+//!   as [`http`] does (produce, consume, leases, operations). The server's dead-letter
+//!   destination is a topic of the same `Log`: a partition hands an exhausted lease range to
+//!   it, and skips the range once it is stored.
+//! - `registry` (internal): the `PartitionRegistry` actor, a supervisor that finds the volume
+//!   holding each partition (each volume lists its own), opens a partition's actor on its first
+//!   message, keeps at most `partitions.max_open` open (closing the least recently used idle
+//!   one, or answering [`Error::Overloaded`]), closes idle ones, wakes them when retention is
+//!   due, and restarts one whose store failed.
 //! - [`partition`]: [`PartitionActor`](partition::PartitionActor), one per open partition, owning
 //!   no thread: one typed message per operation, group commit through its volume's committer,
 //!   other blocking work on a fixed pool of workers, and a retention timer.
@@ -33,7 +41,8 @@
 //!   retention (`trim`), `forget_cold_before`, and leases.
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
 //!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
-//! - [`routing`]: the FNV-1a partitioning function, the original's, which picks an event's partition.
+//! - [`routing`]: the partitioning function (the original's FNV-1a), which picks an event's
+//!   partition.
 //! - [`load`]: load snapshots (appends in flight and completed, backlog).
 //! - [`names`], [`clock`], [`config`], [`error`]: naming rules, time, settings (the embedded
 //!   `config/default.toml` overlaid by a file and the environment) and the umbrella [`Error`]

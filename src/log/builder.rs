@@ -1,0 +1,132 @@
+//! [`LogBuilder`]: opening a [`Log`] with another cold store, clock or dead-letter
+//! destination.
+
+use std::sync::Arc;
+
+use actix::{Actor, AsyncContext};
+
+use super::dead_letter::DeadLetterTopic;
+use super::long_poll::WaitsReleased;
+use super::{Inner, Log};
+use crate::clock::Clock;
+use crate::cold::ColdStore;
+use crate::config::Config;
+use crate::error::Error;
+use crate::partition::DeadLetter;
+use crate::registry::{
+    Addresses, DeadLetterFor, PartitionCounters, PartitionRegistry, RegistryParts, Signals, Volumes,
+};
+use crate::store::ColdFlushCounters;
+
+/// Opens a [`Log`] with parts other than the configured ones.
+#[must_use]
+pub struct LogBuilder {
+    pub(super) config: Config,
+    pub(super) cold: Option<Option<Arc<dyn ColdStore>>>,
+    pub(super) clock: Arc<dyn Clock>,
+    pub(super) dead_letter: Option<Arc<dyn DeadLetter>>,
+}
+
+impl LogBuilder {
+    /// Uses `cold` as every partition's cold tier (`None`: no cold tier) instead of `[cold]`.
+    pub fn cold_store(mut self, cold: Option<Arc<dyn ColdStore>>) -> Self {
+        self.cold = Some(cold);
+        self
+    }
+
+    /// Uses `clock` for every timestamp. Default: the system clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Sends every topic's exhausted lease ranges to `dead_letter` instead of the configured
+    /// `leases.dead_letter_topic`.
+    pub fn dead_letter(mut self, dead_letter: Arc<dyn DeadLetter>) -> Self {
+        self.dead_letter = Some(dead_letter);
+        self
+    }
+
+    /// Starts the registry. Must run inside an actix `System`.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] when the data folder cannot be created or the cold store cannot
+    /// be configured.
+    pub fn open(self) -> Result<Log, Error> {
+        let config = Arc::new(self.config);
+        std::fs::create_dir_all(&config.storage.data_dir).map_err(|err| Error::Unavailable {
+            partition: "*".into(),
+            reason: format!(
+                "cannot create storage.data_dir {}: {err}",
+                config.storage.data_dir.display()
+            ),
+        })?;
+        let cold = match self.cold {
+            Some(cold) => cold,
+            None => config.cold.open().map_err(|err| Error::Unavailable {
+                partition: "*".into(),
+                reason: err.to_string(),
+            })?,
+        };
+        let volumes = Arc::new(Volumes::open(&config)?);
+        let clock = self.clock;
+        let custom = self.dead_letter;
+        let signals = Arc::new(Signals::default());
+        let flush_counters = Arc::new(ColdFlushCounters::default());
+        let counters = Arc::new(PartitionCounters::default());
+        let addresses = Arc::new(Addresses::default());
+        let waits_released = Arc::new(WaitsReleased::default());
+        // The registry's dead-letter sinks append through a `Log` on the registry's own address.
+        let registry = PartitionRegistry::create(|ctx| {
+            let log = Log {
+                inner: Arc::new(Inner {
+                    config: config.clone(),
+                    registry: ctx.address(),
+                    clock: clock.clone(),
+                    signals: signals.clone(),
+                    flush_counters: flush_counters.clone(),
+                    counters: counters.clone(),
+                    volumes: volumes.clone(),
+                    waits_released: waits_released.clone(),
+                    addresses: addresses.clone(),
+                }),
+            };
+            let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
+                Some(custom) => Some(custom.clone()),
+                None => {
+                    let target = &log.inner.config.topic_leases(topic).dead_letter_topic;
+                    (!target.is_empty()).then(|| {
+                        Arc::new(DeadLetterTopic {
+                            log: log.clone(),
+                            topic: target.clone(),
+                        }) as Arc<dyn DeadLetter>
+                    })
+                }
+            });
+            PartitionRegistry::new(RegistryParts {
+                config: config.clone(),
+                volumes: volumes.clone(),
+                cold,
+                clock: clock.clone(),
+                dead_letter_for,
+                signals: signals.clone(),
+                flush_counters: flush_counters.clone(),
+                counters: counters.clone(),
+                addresses: addresses.clone(),
+            })
+        });
+        Ok(Log {
+            inner: Arc::new(Inner {
+                config,
+                registry,
+                clock,
+                signals,
+                flush_counters,
+                counters,
+                volumes,
+                waits_released,
+                addresses,
+            }),
+        })
+    }
+}

@@ -1,0 +1,207 @@
+//! Consuming: reads (long-polled or not), group polls, and committed cursors.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::Log;
+use super::long_poll::until_records;
+use crate::error::Error;
+use crate::names::validate_group;
+use crate::partition;
+use crate::store::{Page, StoreError};
+
+impl Log {
+    /// Reads up to `limit` records of a partition from `from` (default: its oldest readable
+    /// offset), from the hot window or read back from cold segments.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::UnknownPartition`], and the store's read errors
+    /// (`invalid_offset`, `log_truncated`, `invalid_request` for a zero limit, `unavailable`).
+    pub async fn read(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: Option<u64>,
+        limit: Option<usize>,
+    ) -> Result<Page, Error> {
+        let id = self.partition(topic, partition)?;
+        if limit == Some(0) {
+            return Err(StoreError::InvalidLimit.into());
+        }
+        match self
+            .call(&id, false, partition::Read { from, limit })
+            .await?
+        {
+            Some(page) => Ok(page),
+            None => match from {
+                Some(offset) if offset > 0 => Err(StoreError::InvalidOffset {
+                    offset,
+                    next_offset: 0,
+                }
+                .into()),
+                _ => Ok(Page::default()),
+            },
+        }
+    }
+
+    /// Like [`read`](Self::read), but when no record is available at `from` it waits up to
+    /// `wait` for the first one to be committed (no polling: commits wake the waiters), then
+    /// answers (an empty page if none came). Dropping the future releases the wait.
+    ///
+    /// # Errors
+    /// As [`read`](Self::read).
+    pub async fn read_wait(
+        &self,
+        topic: &str,
+        partition: u32,
+        from: Option<u64>,
+        limit: Option<usize>,
+        wait: Duration,
+    ) -> Result<Page, Error> {
+        let id = self.partition(topic, partition)?;
+        let signal = self.inner.signals.partition(&id);
+        until_records(
+            &signal,
+            &self.inner.waits_released,
+            wait,
+            async || self.read(topic, partition, from, limit).await,
+            |page| !page.records.is_empty(),
+        )
+        .await
+    }
+
+    /// Reads every partition of `topic` from `group`'s cursor (or the oldest readable offset
+    /// when it has none), up to `limit` records each, without committing. With a `wait`, it
+    /// answers as soon as any partition has records, or when the wait ends.
+    ///
+    /// # Errors
+    /// Name errors, a zero limit, `log_truncated` when a partition lost records below the
+    /// group's cursor, `unavailable`.
+    pub async fn poll(
+        &self,
+        topic: &str,
+        group: &str,
+        limit: Option<usize>,
+        wait: Duration,
+    ) -> Result<Vec<Page>, Error> {
+        let partitions = self.partitions(topic)?;
+        validate_group(group)?;
+        if limit == Some(0) {
+            return Err(StoreError::InvalidLimit.into());
+        }
+        let signal = self.inner.signals.topic(topic);
+        let read_all = async || {
+            let mut pages = Vec::with_capacity(partitions as usize);
+            for partition in 0..partitions {
+                let cursor = self.cursor(topic, partition, group).await?;
+                pages.push(self.read(topic, partition, cursor, limit).await?);
+            }
+            Ok(pages)
+        };
+        until_records(
+            &signal,
+            &self.inner.waits_released,
+            wait,
+            read_all,
+            |pages: &Vec<Page>| pages.iter().any(|page| !page.records.is_empty()),
+        )
+        .await
+    }
+
+    /// Commits `group`'s position in a partition (forward only); answers the cursor in effect.
+    ///
+    /// # Errors
+    /// Name, partition and offset errors; `unavailable`.
+    pub async fn commit(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+        offset: u64,
+    ) -> Result<u64, Error> {
+        let id = self.partition(topic, partition)?;
+        validate_group(group)?;
+        let commit = partition::Commit {
+            group: group.to_owned(),
+            offset,
+        };
+        // A partition never written can only take a commit of 0 (its next offset); only that
+        // commit creates it.
+        match self.call(&id, false, commit.clone()).await? {
+            Some(cursor) => Ok(cursor),
+            None if offset > 0 => Err(StoreError::InvalidOffset {
+                offset,
+                next_offset: 0,
+            }
+            .into()),
+            None => Ok(self
+                .call(&id, true, commit)
+                .await?
+                .expect("a write always finds its partition")),
+        }
+    }
+
+    /// `group`'s committed position in a partition, if any.
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn cursor(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+    ) -> Result<Option<u64>, Error> {
+        let id = self.partition(topic, partition)?;
+        validate_group(group)?;
+        Ok(self
+            .call(
+                &id,
+                false,
+                partition::GetCursor {
+                    group: group.to_owned(),
+                },
+            )
+            .await?
+            .flatten())
+    }
+
+    /// Every group's committed position in a partition.
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn cursors(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<BTreeMap<String, u64>, Error> {
+        let id = self.partition(topic, partition)?;
+        Ok(self
+            .call(&id, false, partition::ListCursors)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// Deletes `group`'s cursor and leases in a partition; answers whether there was a cursor.
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn delete_cursor(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+    ) -> Result<bool, Error> {
+        let id = self.partition(topic, partition)?;
+        validate_group(group)?;
+        Ok(self
+            .call(
+                &id,
+                false,
+                partition::DeleteCursor {
+                    group: group.to_owned(),
+                },
+            )
+            .await?
+            .unwrap_or(false))
+    }
+}

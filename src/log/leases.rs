@@ -1,0 +1,155 @@
+//! Leases: the workers of a group claiming, settling and listing ranges of a partition.
+
+use actix::Message;
+
+use super::Log;
+use crate::error::Error;
+use crate::names::{PartitionId, validate_group};
+use crate::partition::{self, PartitionActor};
+use crate::store::{Lease, LeaseRow, StoreError};
+
+impl Log {
+    /// Leases the next range of a partition for `group`; `None` when nothing is available now.
+    ///
+    /// # Errors
+    /// `leases_disabled`, name and partition errors, `invalid_request` for a zero limit,
+    /// `log_truncated` once when unsettled records were lost, `unavailable`.
+    pub async fn lease(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+        limit: Option<usize>,
+    ) -> Result<Option<Lease>, Error> {
+        let id = self.leasing_partition(topic, partition, group)?;
+        if limit == Some(0) {
+            return Err(StoreError::InvalidLimit.into());
+        }
+        let lease = partition::ClaimLease {
+            group: group.to_owned(),
+            limit,
+        };
+        Ok(self.call(&id, false, lease).await?.flatten())
+    }
+
+    /// Settles a leased range; answers the group's cursor afterwards.
+    ///
+    /// # Errors
+    /// `lease_not_held`, `leases_disabled`, name and partition errors, `unavailable`.
+    pub async fn ack(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+        batch_id: &str,
+    ) -> Result<Option<u64>, Error> {
+        let ack = partition::Ack {
+            group: group.to_owned(),
+            batch_id: batch_id.to_owned(),
+        };
+        self.settle(topic, partition, group, batch_id, ack).await
+    }
+
+    /// Hands a leased range back for redelivery after `delay_ms`.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack).
+    pub async fn nack(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+        batch_id: &str,
+        delay_ms: u64,
+    ) -> Result<(), Error> {
+        let nack = partition::Nack {
+            group: group.to_owned(),
+            batch_id: batch_id.to_owned(),
+            delay_ms,
+        };
+        self.settle(topic, partition, group, batch_id, nack).await
+    }
+
+    /// Renews a lease's hold; answers the new expiry.
+    ///
+    /// # Errors
+    /// As [`ack`](Self::ack).
+    pub async fn extend(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+        batch_id: &str,
+    ) -> Result<i64, Error> {
+        let extend = partition::Extend {
+            group: group.to_owned(),
+            batch_id: batch_id.to_owned(),
+        };
+        self.settle(topic, partition, group, batch_id, extend).await
+    }
+
+    /// Sends a settlement of `batch_id` (ack, nack, extend) to the partition. A partition that
+    /// was never written holds no lease, so it is not started to say so.
+    async fn settle<M, T>(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+        batch_id: &str,
+        settlement: M,
+    ) -> Result<T, Error>
+    where
+        M: Message<Result = Result<T, Error>> + Clone + Send + 'static,
+        T: Send + 'static,
+        PartitionActor: actix::Handler<M>,
+    {
+        let id = self.leasing_partition(topic, partition, group)?;
+        self.call(&id, false, settlement)
+            .await?
+            .ok_or_else(|| not_held(batch_id))
+    }
+
+    /// `group`'s lease rows in a partition.
+    ///
+    /// # Errors
+    /// `leases_disabled`, name and partition errors, `unavailable`.
+    pub async fn leases(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+    ) -> Result<Vec<LeaseRow>, Error> {
+        let id = self.leasing_partition(topic, partition, group)?;
+        Ok(self
+            .call(
+                &id,
+                false,
+                partition::ListLeases {
+                    group: group.to_owned(),
+                },
+            )
+            .await?
+            .unwrap_or_default())
+    }
+
+    fn leasing_partition(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+    ) -> Result<PartitionId, Error> {
+        let id = self.partition(topic, partition)?;
+        if !self.inner.config.topic_leases(topic).enabled {
+            return Err(StoreError::LeasesDisabled.into());
+        }
+        validate_group(group)?;
+        Ok(id)
+    }
+}
+
+fn not_held(batch_id: &str) -> Error {
+    StoreError::LeaseNotHeld {
+        batch_id: batch_id.to_owned(),
+    }
+    .into()
+}

@@ -1,0 +1,266 @@
+//! `Log`: the cloneable handle applications (and the HTTP server) use.
+//!
+//! It validates names and partition indexes, routes each operation to its partition's actor
+//! through the `PartitionRegistry` actor, and answers reads of partitions that
+//! were never written without creating them. Every method is `async` and needs a running
+//! actix `System` (`#[actix::main]` / `#[actix_web::main]`).
+//!
+//! The operations are grouped as the REST server groups them, one file each: `produce.rs`,
+//! `consume.rs`, `leases.rs` and `operations.rs`. `builder.rs` opens a log, `long_poll.rs`
+//! holds the one waiting rule, and `dead_letter.rs` the server's dead-letter topic.
+
+mod builder;
+mod consume;
+mod dead_letter;
+mod leases;
+mod long_poll;
+mod operations;
+mod produce;
+
+pub use builder::LogBuilder;
+pub use operations::TopicInfo;
+pub use produce::{Event, EventsOutcome};
+
+use std::sync::Arc;
+
+use actix::{Addr, MailboxError, Message};
+
+use crate::clock::{Clock, SystemClock};
+use crate::config::Config;
+use crate::error::Error;
+use crate::names::PartitionId;
+use crate::partition::{self, PartitionActor, PartitionStats};
+use crate::registry::{
+    Addresses, Locate, OpenStores, PartitionCounters, PartitionRegistry, RunningPartitions,
+    Shutdown, Signals, Volumes,
+};
+use crate::store::ColdFlushCounters;
+use long_poll::WaitsReleased;
+
+/// The embeddable log. Cheap to clone; every clone talks to the same partitions.
+#[derive(Clone)]
+pub struct Log {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Arc<Config>,
+    registry: Addr<PartitionRegistry>,
+    clock: Arc<dyn Clock>,
+    signals: Arc<Signals>,
+    flush_counters: Arc<ColdFlushCounters>,
+    counters: Arc<PartitionCounters>,
+    /// The log's volumes, for what asks all of them (the topic list).
+    volumes: Arc<Volumes>,
+    /// Set when long-polls must answer at once (shutdown), shared by every handle.
+    waits_released: Arc<WaitsReleased>,
+    /// Partitions' actors as last located, so a call goes straight to the partition instead
+    /// of asking the registry first (a round trip to its thread).
+    addresses: Arc<Addresses>,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("data_dir", &self.inner.config.storage.data_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How many times an operation is retried when it met a partition that was stopping.
+const STOPPED_RETRIES: usize = 3;
+
+impl Log {
+    /// Opens the log with `config`'s settings. Must run inside an actix `System`.
+    ///
+    /// # Errors
+    /// As [`LogBuilder::open`].
+    pub fn open(config: Config) -> Result<Self, Error> {
+        Self::builder(config).open()
+    }
+
+    /// A builder to open the log with another cold store, clock or dead-letter destination.
+    pub fn builder(config: Config) -> LogBuilder {
+        LogBuilder {
+            config,
+            cold: None,
+            clock: Arc::new(SystemClock),
+            dead_letter: None,
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// `topic`'s partition count.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`].
+    pub fn partitions(&self, topic: &str) -> Result<u32, Error> {
+        PartitionId::new(topic, 0)?;
+        Ok(self.inner.config.topic_log(topic).partitions_per_topic)
+    }
+
+    /// The partition `index` of `topic`, checked against the topic's partition count.
+    fn partition(&self, topic: &str, index: u32) -> Result<PartitionId, Error> {
+        let partitions = self.partitions(topic)?;
+        if index >= partitions {
+            return Err(Error::UnknownPartition {
+                topic: topic.to_owned(),
+                partition: index,
+                partitions,
+            });
+        }
+        Ok(PartitionId::new(topic, index)?)
+    }
+
+    /// The partition's actor: the address last located, else the registry's answer (starting
+    /// the partition when it has a database, or when `create`). `None`: never written and not
+    /// `create`.
+    async fn locate(
+        &self,
+        id: &PartitionId,
+        create: bool,
+    ) -> Result<Option<Addr<PartitionActor>>, Error> {
+        if let Some(partition) = self.inner.addresses.get(id) {
+            return Ok(Some(partition));
+        }
+        let located = self
+            .inner
+            .registry
+            .send(Locate {
+                id: id.clone(),
+                create,
+            })
+            .await??;
+        if let Some(partition) = &located {
+            self.inner.addresses.insert(id.clone(), partition);
+        }
+        Ok(located)
+    }
+
+    /// Drops the address of a partition that answered it has stopped (unless another caller
+    /// already replaced it).
+    fn forget(&self, id: &PartitionId, stopped: &Addr<PartitionActor>) {
+        self.inner.addresses.forget(id, stopped);
+    }
+
+    /// Sends `message` to the partition's actor (starting it when it has a database, or when
+    /// `create`), retrying when the partition was stopping. `None`: the partition was never
+    /// written and `create` is false.
+    async fn call<M, T>(
+        &self,
+        id: &PartitionId,
+        create: bool,
+        message: M,
+    ) -> Result<Option<T>, Error>
+    where
+        M: Message<Result = Result<T, Error>> + Clone + Send + 'static,
+        T: Send + 'static,
+        PartitionActor: actix::Handler<M>,
+    {
+        for _ in 0..STOPPED_RETRIES {
+            let Some(partition) = self.locate(id, create).await? else {
+                return Ok(None);
+            };
+            match partition.send(message.clone()).await {
+                Ok(Err(Error::PartitionStopped)) | Err(MailboxError::Closed) => {
+                    self.forget(id, &partition);
+                    continue;
+                }
+                Ok(result) => return result.map(Some),
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Err(Error::Unavailable {
+            partition: id.to_string(),
+            reason: "the partition kept stopping".into(),
+        })
+    }
+
+    /// The actor of a partition, started if needed, for applications that send it typed
+    /// messages ([`partition::Append`], [`partition::Read`], ...) themselves. The address
+    /// stops working when the partition stops for idleness; ask again then.
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn partition_actor(
+        &self,
+        topic: &str,
+        partition: u32,
+    ) -> Result<Addr<PartitionActor>, Error> {
+        let id = self.partition(topic, partition)?;
+        let located = self.locate(&id, true).await?;
+        Ok(located.expect("a write-capable lookup always finds its partition"))
+    }
+
+    /// Counters of a partition's actor since it started (zero when it is not running).
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn stats(&self, topic: &str, partition: u32) -> Result<PartitionStats, Error> {
+        let id = self.partition(topic, partition)?;
+        Ok(self
+            .call(&id, false, partition::GetStats)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// Makes a partition's next commit fail, as a failing disk would (tests of recovery).
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    #[cfg(any(test, feature = "test-util"))]
+    pub async fn fail_next_commit(&self, topic: &str, partition: u32) -> Result<(), Error> {
+        let id = self.partition(topic, partition)?;
+        self.call(&id, true, partition::FailNextCommit)
+            .await
+            .map(drop)
+    }
+
+    /// The counts of cold flushes (succeeded and failed) that every partition of this log made
+    /// since it opened. Does not block.
+    pub fn cold_flushes(&self) -> Arc<ColdFlushCounters> {
+        self.inner.flush_counters.clone()
+    }
+
+    /// The counts of partitions opened and closed since the log opened, and of requests
+    /// refused because every open partition was busy. Does not block.
+    pub fn partition_counters(&self) -> Arc<PartitionCounters> {
+        self.inner.counters.clone()
+    }
+
+    /// The stores of the open partitions, read without counting as their activity.
+    pub(crate) async fn open_stores(
+        &self,
+    ) -> Result<Vec<(PartitionId, Arc<crate::store::LogStore>)>, Error> {
+        Ok(self.inner.registry.send(OpenStores).await?)
+    }
+
+    /// The partitions whose actors are running now.
+    ///
+    /// # Errors
+    /// `unavailable`.
+    pub async fn running_partitions(&self) -> Result<Vec<PartitionId>, Error> {
+        Ok(self.inner.registry.send(RunningPartitions).await?)
+    }
+
+    /// Answers waiting long-polls ([`release_waits`](Self::release_waits)), then stops every
+    /// partition after the commits already queued finish, and closes the volumes.
+    ///
+    /// # Errors
+    /// `unavailable` when the registry is gone.
+    pub async fn shutdown(&self) -> Result<(), Error> {
+        self.release_waits();
+        Ok(self.inner.registry.send(Shutdown).await?)
+    }
+
+    /// Answers every waiting long-poll now, with what it has (an empty page when nothing came),
+    /// and every later one without waiting: the first step of a shutdown, so that requests in
+    /// flight finish at once.
+    pub fn release_waits(&self) {
+        self.inner.waits_released.release();
+    }
+}

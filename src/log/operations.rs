@@ -1,0 +1,89 @@
+//! Operations: topics, bounds, load, and retention run on demand.
+
+use super::Log;
+use crate::error::Error;
+use crate::load::{LoadObserver, LoadSnapshot};
+use crate::partition;
+use crate::store::Bounds;
+
+/// A topic that has at least one written partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicInfo {
+    /// Its name.
+    pub name: String,
+    /// Its partition count.
+    pub partitions: u32,
+}
+
+impl Log {
+    /// The topics with at least one written partition, by name.
+    ///
+    /// # Errors
+    /// `unavailable`.
+    pub async fn topics(&self) -> Result<Vec<TopicInfo>, Error> {
+        let volumes = self.inner.volumes.clone();
+        let names = actix_web::rt::task::spawn_blocking(move || volumes.topics())
+            .await
+            .map_err(|err| Error::Unavailable {
+                partition: "*".into(),
+                reason: format!("listing the topics failed: {err}"),
+            })??;
+        Ok(names
+            .into_iter()
+            .map(|name| TopicInfo {
+                partitions: self.inner.config.topic(&name).log.partitions_per_topic,
+                name,
+            })
+            .collect())
+    }
+
+    /// A partition's bounds (all zero for a partition never written).
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn bounds(&self, topic: &str, partition: u32) -> Result<Bounds, Error> {
+        let id = self.partition(topic, partition)?;
+        Ok(self
+            .call(&id, false, partition::GetBounds)
+            .await?
+            .unwrap_or_default())
+    }
+
+    /// A partition's load snapshot.
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn load(&self, topic: &str, partition: u32) -> Result<LoadSnapshot, Error> {
+        let id = self.partition(topic, partition)?;
+        match self.call(&id, false, partition::GetLoad).await? {
+            Some(load) => Ok(load),
+            None => Ok(LoadObserver::new(self.inner.clock.clone()).snapshot(0)),
+        }
+    }
+
+    /// Runs a partition's retention now; answers how many records left its hot window.
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable` (a cold-store failure stops at that pass).
+    pub async fn trim(&self, topic: &str, partition: u32) -> Result<u64, Error> {
+        let id = self.partition(topic, partition)?;
+        Ok(self.call(&id, false, partition::Trim).await?.unwrap_or(0))
+    }
+
+    /// Forgets a partition's cold segments that end below `before`; answers how many.
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn forget_cold_before(
+        &self,
+        topic: &str,
+        partition: u32,
+        before: u64,
+    ) -> Result<u64, Error> {
+        let id = self.partition(topic, partition)?;
+        Ok(self
+            .call(&id, false, partition::ForgetColdBefore { before })
+            .await?
+            .unwrap_or(0))
+    }
+}
