@@ -6,9 +6,8 @@ use std::time::Duration;
 use super::Log;
 use super::long_poll::until_records;
 use crate::error::Error;
-use crate::names::validate_group;
 use crate::partition;
-use crate::store::{Page, StoreError};
+use crate::store::{Page, check_offset, page_limit};
 
 impl Log {
     /// Reads up to `limit` records of a partition from `from` (default: its oldest readable
@@ -25,22 +24,17 @@ impl Log {
         limit: Option<usize>,
     ) -> Result<Page, Error> {
         let id = self.partition(topic, partition)?;
-        if limit == Some(0) {
-            return Err(StoreError::InvalidLimit.into());
-        }
         match self
             .call(&id, false, partition::Read { from, limit })
             .await?
         {
             Some(page) => Ok(page),
-            None => match from {
-                Some(offset) if offset > 0 => Err(StoreError::InvalidOffset {
-                    offset,
-                    next_offset: 0,
-                }
-                .into()),
-                _ => Ok(Page::default()),
-            },
+            // Never written: the store's rules, applied to an empty log.
+            None => {
+                page_limit(limit, self.inner.config.topic_log(topic).max_batch_size)?;
+                check_offset(from.unwrap_or(0), 0)?;
+                Ok(Page::default())
+            }
         }
     }
 
@@ -84,11 +78,8 @@ impl Log {
         limit: Option<usize>,
         wait: Duration,
     ) -> Result<Vec<Page>, Error> {
+        // Every rule (names, limit) is checked by the reads of partition 0 onwards.
         let partitions = self.partitions(topic)?;
-        validate_group(group)?;
-        if limit == Some(0) {
-            return Err(StoreError::InvalidLimit.into());
-        }
         let signal = self.inner.signals.topic(topic);
         let read_all = async || {
             let mut pages = Vec::with_capacity(partitions as usize);
@@ -119,8 +110,7 @@ impl Log {
         group: &str,
         offset: u64,
     ) -> Result<u64, Error> {
-        let id = self.partition(topic, partition)?;
-        validate_group(group)?;
+        let id = self.group_partition(topic, partition, group)?;
         let commit = partition::Commit {
             group: group.to_owned(),
             offset,
@@ -129,15 +119,13 @@ impl Log {
         // commit creates it.
         match self.call(&id, false, commit.clone()).await? {
             Some(cursor) => Ok(cursor),
-            None if offset > 0 => Err(StoreError::InvalidOffset {
-                offset,
-                next_offset: 0,
+            None => {
+                check_offset(offset, 0)?;
+                Ok(self
+                    .call(&id, true, commit)
+                    .await?
+                    .expect("a write always finds its partition"))
             }
-            .into()),
-            None => Ok(self
-                .call(&id, true, commit)
-                .await?
-                .expect("a write always finds its partition")),
         }
     }
 
@@ -151,8 +139,7 @@ impl Log {
         partition: u32,
         group: &str,
     ) -> Result<Option<u64>, Error> {
-        let id = self.partition(topic, partition)?;
-        validate_group(group)?;
+        let id = self.group_partition(topic, partition, group)?;
         Ok(self
             .call(
                 &id,
@@ -191,8 +178,7 @@ impl Log {
         partition: u32,
         group: &str,
     ) -> Result<bool, Error> {
-        let id = self.partition(topic, partition)?;
-        validate_group(group)?;
+        let id = self.group_partition(topic, partition, group)?;
         Ok(self
             .call(
                 &id,

@@ -4,9 +4,9 @@ use actix::Message;
 
 use super::Log;
 use crate::error::Error;
-use crate::names::{PartitionId, validate_group};
+use crate::names::PartitionId;
 use crate::partition::{self, PartitionActor};
-use crate::store::{Lease, LeaseRow, StoreError};
+use crate::store::{Lease, LeaseRow, StoreError, page_limit};
 
 impl Log {
     /// Leases the next range of a partition for `group`; `None` when nothing is available now.
@@ -22,14 +22,18 @@ impl Log {
         limit: Option<usize>,
     ) -> Result<Option<Lease>, Error> {
         let id = self.leasing_partition(topic, partition, group)?;
-        if limit == Some(0) {
-            return Err(StoreError::InvalidLimit.into());
-        }
         let lease = partition::ClaimLease {
             group: group.to_owned(),
             limit,
         };
-        Ok(self.call(&id, false, lease).await?.flatten())
+        match self.call(&id, false, lease).await? {
+            Some(lease) => Ok(lease),
+            // Never written: nothing to lease, once the limit passes the store's rule.
+            None => {
+                page_limit(limit, self.inner.config.topic_log(topic).max_batch_size)?;
+                Ok(None)
+            }
+        }
     }
 
     /// Settles a leased range; answers the group's cursor afterwards.
@@ -138,12 +142,12 @@ impl Log {
         partition: u32,
         group: &str,
     ) -> Result<PartitionId, Error> {
-        let id = self.partition(topic, partition)?;
-        if !self.inner.config.topic_leases(topic).enabled {
-            return Err(StoreError::LeasesDisabled.into());
-        }
-        validate_group(group)?;
-        Ok(id)
+        self.inner
+            .config
+            .topic_leases(topic)
+            .options()
+            .check_enabled()?;
+        self.group_partition(topic, partition, group)
     }
 }
 

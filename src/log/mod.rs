@@ -28,7 +28,7 @@ use actix::{Addr, MailboxError, Message};
 use crate::clock::{Clock, SystemClock};
 use crate::config::Config;
 use crate::error::Error;
-use crate::names::PartitionId;
+use crate::names::{PartitionId, validate_group};
 use crate::partition::{self, PartitionActor, PartitionStats};
 use crate::registry::{
     Addresses, Locate, OpenStores, PartitionCounters, PartitionRegistry, RunningPartitions,
@@ -114,6 +114,14 @@ impl Log {
             });
         }
         Ok(PartitionId::new(topic, index)?)
+    }
+
+    /// The partition `index` of `topic` and a valid `group`: the checks of a group's request
+    /// that a partition never written must answer without a store.
+    fn group_partition(&self, topic: &str, index: u32, group: &str) -> Result<PartitionId, Error> {
+        let id = self.partition(topic, index)?;
+        validate_group(group)?;
+        Ok(id)
     }
 
     /// The partition's actor: the address last located, else the registry's answer (starting

@@ -6,6 +6,7 @@ use futures_util::future::join_all;
 
 use super::Log;
 use crate::error::Error;
+use crate::names::PartitionId;
 use crate::partition::{self, Appended};
 use crate::routing::partition_for;
 use crate::store::{AppendOutcome, AppendRejection, NewRecord, check_batch};
@@ -50,18 +51,31 @@ impl Log {
         records: Vec<NewRecord>,
     ) -> Result<Appended, Error> {
         let id = self.partition(topic, partition)?;
-        // Refused before the partition is touched, so a refusal creates no database.
-        let settings = self.inner.config.topic_log(topic);
-        if let Some(rejection) =
-            check_batch(&records, settings.max_batch_size, settings.max_record_bytes)
-        {
+        if let Some(rejection) = self.refusal(topic, &records) {
             let load = self.load(topic, partition).await?;
             return Ok(Appended {
                 outcome: AppendOutcome::Rejected(rejection),
                 load,
             });
         }
-        let appended = self.call(&id, true, partition::Append { records }).await?;
+        self.append_checked(&id, records).await
+    }
+
+    /// Why the store would refuse `records` for `topic`, asked before a partition is touched so
+    /// that a refusal creates no partition.
+    fn refusal(&self, topic: &str, records: &[NewRecord]) -> Option<AppendRejection> {
+        let settings = self.inner.config.topic_log(topic);
+        check_batch(records, settings.max_batch_size, settings.max_record_bytes)
+    }
+
+    /// Appends a batch that [`refusal`](Self::refusal) accepted (the store still enforces
+    /// every rule).
+    async fn append_checked(
+        &self,
+        id: &PartitionId,
+        records: Vec<NewRecord>,
+    ) -> Result<Appended, Error> {
+        let appended = self.call(id, true, partition::Append { records }).await?;
         Ok(appended.expect("a write always finds its partition"))
     }
 
@@ -78,7 +92,6 @@ impl Log {
         events: Vec<Event>,
     ) -> Result<EventsOutcome, Error> {
         let partitions = self.partitions(topic)?;
-        let settings = self.inner.config.topic_log(topic);
         let mut batches: BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)> = BTreeMap::new();
         for (position, event) in events.into_iter().enumerate() {
             let batch = batches
@@ -97,9 +110,7 @@ impl Log {
             });
         }
         for (&partition, (_, records)) in &batches {
-            if let Some(rejection) =
-                check_batch(records, settings.max_batch_size, settings.max_record_bytes)
-            {
+            if let Some(rejection) = self.refusal(topic, records) {
                 return Ok(EventsOutcome::Rejected {
                     partition,
                     rejection,
@@ -110,7 +121,8 @@ impl Log {
         let appends = batches
             .into_iter()
             .map(|(partition, (positions, records))| async move {
-                let appended = self.append(topic, partition, records).await?;
+                let id = PartitionId::new(topic, partition)?;
+                let appended = self.append_checked(&id, records).await?;
                 Ok::<_, Error>((partition, positions, appended.outcome))
             });
         let mut placed = vec![(0, 0); total];

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{OptionalExtension, params};
 
+use super::read::check_offset;
 use super::{LogStore, StoreError};
 use crate::names::validate_group;
 
@@ -20,13 +21,7 @@ impl LogStore {
         validate_group(group)?;
         self.write(|tx, tail| {
             let now = self.now_ms();
-            let next_offset = tail.next_offset;
-            if offset > next_offset {
-                return Err(StoreError::InvalidOffset {
-                    offset,
-                    next_offset,
-                });
-            }
+            check_offset(offset, tail.next_offset)?;
             let current: Option<u64> = tx
                 .prepare_cached(
                     "SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2",

@@ -38,6 +38,20 @@ pub struct LeaseOptions {
     pub dead_letter: bool,
 }
 
+impl LeaseOptions {
+    /// The one rule for lease operations: they need leases enabled on the topic.
+    ///
+    /// # Errors
+    /// [`StoreError::LeasesDisabled`].
+    pub fn check_enabled(&self) -> Result<(), StoreError> {
+        if self.enabled {
+            Ok(())
+        } else {
+            Err(StoreError::LeasesDisabled)
+        }
+    }
+}
+
 impl Default for LeaseOptions {
     fn default() -> Self {
         Self {
@@ -348,11 +362,7 @@ impl LogStore {
     }
 
     fn check_leases(&self) -> Result<(), StoreError> {
-        if self.options.leases.enabled {
-            Ok(())
-        } else {
-            Err(StoreError::LeasesDisabled)
-        }
+        self.options.leases.check_enabled()
     }
 
     /// The one place a held range changes state.

@@ -29,7 +29,7 @@ use serde::Deserialize;
 pub use append::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check_batch};
 pub use error::StoreError;
 pub use leases::{Lease, LeaseCounts, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
-pub use read::{Bounds, Page, Record};
+pub use read::{Bounds, Page, Record, check_offset, page_limit};
 pub use retention::{ColdFlushCounters, ColdTier, Retention};
 pub use volume::{INDEX_EVERY_ROWS, Volume};
 

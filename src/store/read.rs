@@ -76,12 +76,7 @@ impl LogStore {
         let start = self.snapshot(|tx| {
             let bounds = self.bounds_in(tx, &view)?;
             let from = from.unwrap_or(bounds.oldest_offset);
-            if from > bounds.next_offset {
-                return Err(StoreError::InvalidOffset {
-                    offset: from,
-                    next_offset: bounds.next_offset,
-                });
-            }
+            check_offset(from, bounds.next_offset)?;
             if from < bounds.oldest_offset {
                 return Err(StoreError::Truncated {
                     requested_offset: from,
@@ -339,11 +334,35 @@ impl LogStore {
 
     /// The effective page size for a requested `limit`.
     pub(super) fn page_limit(&self, limit: Option<usize>) -> Result<usize, StoreError> {
-        match limit {
-            Some(0) => Err(StoreError::InvalidLimit),
-            Some(limit) => Ok(limit.min(self.options.max_batch_size)),
-            None => Ok(self.options.max_batch_size),
-        }
+        page_limit(limit, self.options.max_batch_size)
+    }
+}
+
+/// The one rule for where a read may start and how far a commit may go: at most the log's
+/// next offset. (Applied by [`Log`](crate::Log) too, to a partition never written.)
+///
+/// # Errors
+/// [`StoreError::InvalidOffset`].
+pub fn check_offset(offset: u64, next_offset: u64) -> Result<(), StoreError> {
+    if offset > next_offset {
+        return Err(StoreError::InvalidOffset {
+            offset,
+            next_offset,
+        });
+    }
+    Ok(())
+}
+
+/// The one rule for page sizes (reads and leases): a zero limit is refused; none means, and
+/// any is capped at, `max`.
+///
+/// # Errors
+/// [`StoreError::InvalidLimit`].
+pub fn page_limit(limit: Option<usize>, max: usize) -> Result<usize, StoreError> {
+    match limit {
+        Some(0) => Err(StoreError::InvalidLimit),
+        Some(limit) => Ok(limit.min(max)),
+        None => Ok(max),
     }
 }
 
