@@ -17,8 +17,8 @@
 //! ```
 //!
 //! In data-flow order:
-//! - [`http`]: the REST server's routes; it talks only to [`Log`].
-//! - [`metrics`]: the server's Prometheus metrics (`GET /metrics`), fed by [`http`] and [`Log`].
+//! - [`http`]: the REST server's routes; it talks only to [`Log`]. Its `metrics` module holds the
+//!   server's Prometheus metrics (`GET /metrics`), fed by the handlers and by [`Log`].
 //! - [`log`]: [`Log`], the cloneable handle: validates names, routes keyed events with the
 //!   partitioning function, and sends each operation to its partition's actor, straight to
 //!   the address it last located (a cache shared by every handle, from which the registry
@@ -89,7 +89,6 @@ pub mod http;
 pub mod load;
 pub mod log;
 pub(crate) mod memory;
-pub mod metrics;
 pub mod names;
 pub mod partition;
 pub(crate) mod registry;

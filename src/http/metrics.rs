@@ -1,4 +1,9 @@
-//! Metrics: the `GET /metrics` scrape and the middleware that times every request.
+//! Metrics: the `GET /metrics` scrape, the middleware that times every request, and
+//! [`Metrics`], the server's counts (`families.rs`).
+
+mod families;
+
+pub use families::Metrics;
 
 use std::time::Instant;
 

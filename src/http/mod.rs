@@ -9,7 +9,7 @@
 mod consume;
 pub mod error;
 mod leases;
-mod metrics;
+pub mod metrics;
 pub mod openapi;
 mod operations;
 mod produce;
@@ -25,7 +25,7 @@ use actix_web::{HttpResponse, ResponseError, web};
 pub use error::ApiError;
 
 use crate::log::Log;
-use crate::metrics::Metrics;
+use metrics::Metrics;
 
 /// What every handler shares.
 #[derive(Clone)]

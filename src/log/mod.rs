@@ -17,6 +17,7 @@ mod long_poll;
 mod operations;
 mod produce;
 
+pub use crate::store::{GroupPosition, LeaseState};
 pub use builder::LogBuilder;
 pub use operations::TopicInfo;
 pub use produce::{Event, EventsOutcome};
@@ -241,9 +242,7 @@ impl Log {
     }
 
     /// The stores of the open partitions, read without counting as their activity.
-    pub(crate) async fn open_stores(
-        &self,
-    ) -> Result<Vec<(PartitionId, Arc<crate::store::LogStore>)>, Error> {
+    async fn open_stores(&self) -> Result<Vec<(PartitionId, Arc<crate::store::LogStore>)>, Error> {
         Ok(self.inner.registry.send(OpenStores).await?)
     }
 

@@ -3,8 +3,9 @@
 use super::Log;
 use crate::error::Error;
 use crate::load::{LoadObserver, LoadSnapshot};
+use crate::names::PartitionId;
 use crate::partition;
-use crate::store::Bounds;
+use crate::store::{Bounds, GroupPosition};
 
 /// A topic that has at least one written partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,5 +86,36 @@ impl Log {
             .call(&id, false, partition::ForgetColdBefore { before })
             .await?
             .unwrap_or(0))
+    }
+
+    /// The groups of every open partition, read from their stores directly, not through their
+    /// actors: asking never opens a partition nor keeps one from stopping (a closed one has
+    /// been idle, so its groups did not move). A partition that cannot be read is left out
+    /// (and logged).
+    ///
+    /// # Errors
+    /// `unavailable` when the registry or the blocking pool is gone.
+    pub async fn open_group_positions(
+        &self,
+    ) -> Result<Vec<(PartitionId, Vec<GroupPosition>)>, Error> {
+        let stores = self.open_stores().await?;
+        let read = move || {
+            stores
+                .into_iter()
+                .filter_map(|(id, store)| match store.group_positions() {
+                    Ok(groups) => Some((id, groups)),
+                    Err(err) => {
+                        log::warn!("reading the groups of {id}: {err}");
+                        None
+                    }
+                })
+                .collect()
+        };
+        tokio::task::spawn_blocking(read)
+            .await
+            .map_err(|err| Error::Unavailable {
+                partition: "*".into(),
+                reason: format!("reading the groups of the open partitions failed: {err}"),
+            })
     }
 }

@@ -103,3 +103,49 @@ impl LogStore {
         self.snapshot(|tx| super::volume::pending_deliveries(tx, self.key, next_offset))
     }
 }
+
+/// One group's position in one partition: what `GET /metrics` shows of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupPosition {
+    /// The group.
+    pub group: String,
+    /// Records between the group's position (its cursor, or else the first offset it leased)
+    /// and the partition's next offset.
+    pub lag: u64,
+    /// Its lease rows per state ([`LeaseState::ALL`](super::LeaseState::ALL)); `None` for a
+    /// group with no lease row.
+    pub leases: Option<[u64; 4]>,
+}
+
+impl LogStore {
+    /// Every group of the partition: those with a cursor, and those that lease without having
+    /// committed yet.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn group_positions(&self) -> Result<Vec<GroupPosition>, StoreError> {
+        let cursors = self.cursors()?;
+        let mut leases = self.lease_counts()?;
+        if cursors.is_empty() && leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let next_offset = self.bounds()?.next_offset;
+        let mut groups = Vec::with_capacity(cursors.len() + leases.len());
+        for (group, cursor) in cursors {
+            let leased = leases.remove(&group);
+            groups.push(GroupPosition {
+                lag: next_offset.saturating_sub(cursor),
+                leases: leased.map(|counts| counts.by_state),
+                group,
+            });
+        }
+        for (group, counts) in leases {
+            groups.push(GroupPosition {
+                lag: next_offset.saturating_sub(counts.first_offset),
+                leases: Some(counts.by_state),
+                group,
+            });
+        }
+        Ok(groups)
+    }
+}

@@ -103,7 +103,7 @@ impl LeaseState {
 
 /// How many lease rows a group has in a partition, per state, and where the first begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LeaseCounts {
+pub(super) struct LeaseCounts {
     /// Rows per state, in the order of [`LeaseState::ALL`].
     pub by_state: [u64; 4],
     /// The lowest offset the rows cover.
@@ -338,7 +338,7 @@ impl LogStore {
     ///
     /// # Errors
     /// A storage failure.
-    pub fn lease_counts(&self) -> Result<BTreeMap<String, LeaseCounts>, StoreError> {
+    pub(super) fn lease_counts(&self) -> Result<BTreeMap<String, LeaseCounts>, StoreError> {
         self.snapshot(|tx| {
             let mut statement = tx.prepare_cached(
                 "SELECT consumer, state, COUNT(*), MIN(first_offset) FROM leases

@@ -27,8 +27,9 @@ use rusqlite::{Connection, Transaction};
 use serde::Deserialize;
 
 pub use append::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check_batch};
+pub use cursors::GroupPosition;
 pub use error::StoreError;
-pub use leases::{Lease, LeaseCounts, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
+pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record, check_offset, page_limit};
 pub use retention::{ColdFlushCounters, ColdTier, Retention};
 pub use volume::{INDEX_EVERY_ROWS, Volume};

@@ -38,10 +38,10 @@ use prometheus::{
     TextEncoder,
 };
 
-use crate::log::Log;
+use crate::log::{GroupPosition, LeaseState, Log};
 use crate::names::PartitionId;
 use crate::registry::PartitionCounters;
-use crate::store::{ColdFlushCounters, LeaseState, LogStore};
+use crate::store::ColdFlushCounters;
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
 /// `Metrics` can be shared by all the workers of an `HttpServer`.
@@ -53,7 +53,7 @@ pub struct Metrics {
 struct Inner {
     registry: Registry,
     topics: TopicCounters,
-    groups: GroupGauges,
+    groups: GroupPositions,
     cold_flushes: IntCounterVec,
     request_duration: HistogramVec,
     open_partitions: IntGauge,
@@ -102,7 +102,7 @@ impl Metrics {
         let counter = |name: &str, help: &str| register(&registry, IntCounter::new(name, help));
         let inner = Inner {
             topics: register(&registry, Ok(TopicCounters::default())),
-            groups: register(&registry, Ok(GroupGauges::default())),
+            groups: register(&registry, Ok(GroupPositions::default())),
             cold_flushes: register(
                 &registry,
                 IntCounterVec::new(
@@ -195,7 +195,7 @@ impl Metrics {
     /// while it is stopped); after a restart, its series come back when it is next opened. A
     /// partition that cannot be read keeps its previous values (and is logged).
     pub async fn refresh(&self, log: &Log) {
-        match collect_groups(log).await {
+        match log.open_group_positions().await {
             Ok(partitions) => {
                 let _scrape = self.lock();
                 for (id, groups) in partitions {
@@ -332,27 +332,17 @@ impl Collector for TopicCounters {
 /// partition, kept compact like [`TopicCounters`] (a node may hold a partition per tenant),
 /// and turned into gauge families only while a scrape renders them.
 #[derive(Clone)]
-struct GroupGauges {
-    partitions: Arc<Mutex<HashMap<PartitionId, Box<[GroupGauge]>>>>,
+struct GroupPositions {
+    partitions: Arc<Mutex<HashMap<PartitionId, Box<[GroupPosition]>>>>,
     /// `durability_consumer_lag` and `durability_leases`, empty: what [`Collector::desc`]
     /// describes, and the template each scrape fills.
     families: [IntGaugeVec; 2],
 }
 
-/// One group's position in one partition.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct GroupGauge {
-    group: Box<str>,
-    /// Records between the group's position and the partition's next offset.
-    lag: u64,
-    /// Lease rows per state ([`LeaseState::ALL`]); `None` for a group that never leased.
-    leases: Option<[u64; 4]>,
-}
-
 const LAG_LABELS: [&str; 3] = ["topic", "partition", "group"];
 const LEASE_LABELS: [&str; 4] = ["topic", "partition", "group", "state"];
 
-impl Default for GroupGauges {
+impl Default for GroupPositions {
     fn default() -> Self {
         Self {
             partitions: Arc::default(),
@@ -372,11 +362,11 @@ impl Default for GroupGauges {
     }
 }
 
-impl GroupGauges {
+impl GroupPositions {
     /// Replaces what partition `id` shows by `groups`, read from it now. A group that leased
     /// before keeps its lease series (at zero) once its rows are gone, so they never vanish
     /// while the group exists.
-    fn update(&self, id: PartitionId, mut groups: Vec<GroupGauge>) {
+    fn update(&self, id: PartitionId, mut groups: Vec<GroupPosition>) {
         let mut partitions = self
             .partitions
             .lock()
@@ -399,7 +389,7 @@ impl GroupGauges {
     }
 }
 
-impl Collector for GroupGauges {
+impl Collector for GroupPositions {
     fn desc(&self) -> Vec<&prometheus::core::Desc> {
         self.families.iter().flat_map(Collector::desc).collect()
     }
@@ -459,65 +449,12 @@ fn gauge(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// The groups of every open partition, read from their stores directly, not through their
-/// actors: a scrape every few seconds must not keep partitions open or reopen them (a closed
-/// one has been idle: its groups did not move). A partition that cannot be read is left out.
-async fn collect_groups(log: &Log) -> Result<Vec<(PartitionId, Vec<GroupGauge>)>, crate::Error> {
-    let stores = log.open_stores().await?;
-    let read = move || {
-        stores
-            .into_iter()
-            .filter_map(|(id, store)| match partition_groups(&store) {
-                Ok(groups) => Some((id, groups)),
-                Err(err) => {
-                    log::warn!("metrics: skipping {id}: {err}");
-                    None
-                }
-            })
-            .collect()
-    };
-    actix_web::rt::task::spawn_blocking(read)
-        .await
-        .map_err(|err| crate::Error::Unavailable {
-            partition: "*".into(),
-            reason: format!("metrics: reading the partitions failed: {err}"),
-        })
-}
-
-/// Every group of one partition: those with a cursor, and those that lease without having
-/// committed yet (their position is then the first offset they lease).
-fn partition_groups(store: &LogStore) -> Result<Vec<GroupGauge>, crate::store::StoreError> {
-    let cursors = store.cursors()?;
-    let mut leases = store.lease_counts()?;
-    if cursors.is_empty() && leases.is_empty() {
-        return Ok(Vec::new());
-    }
-    let next_offset = store.bounds()?.next_offset;
-    let mut groups = Vec::with_capacity(cursors.len() + leases.len());
-    for (group, cursor) in cursors {
-        let leased = leases.remove(&group);
-        groups.push(GroupGauge {
-            lag: next_offset.saturating_sub(cursor),
-            leases: leased.map(|counts| counts.by_state),
-            group: group.into(),
-        });
-    }
-    for (group, counts) in leases {
-        groups.push(GroupGauge {
-            lag: next_offset.saturating_sub(counts.first_offset),
-            leases: Some(counts.by_state),
-            group: group.into(),
-        });
-    }
-    Ok(groups)
-}
-
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::{GroupGauge, LONG_BUCKETS, Metrics, PartitionCounters};
+    use super::{GroupPosition, LONG_BUCKETS, Metrics, PartitionCounters};
     use crate::http::request::MAX_WAIT_MS;
     use crate::names::PartitionId;
     use crate::store::ColdFlushCounters;
@@ -535,7 +472,7 @@ mod tests {
         metrics.request("GET", "/topics/{topic}", 200, Duration::from_millis(3));
         metrics.inner.groups.update(
             PartitionId::new("events", 0).unwrap(),
-            vec![GroupGauge {
+            vec![GroupPosition {
                 group: "billing".into(),
                 lag: 5,
                 leases: Some([1, 0, 0, 0]),
@@ -577,7 +514,7 @@ mod tests {
             Arc::new(PartitionCounters::default()),
         );
         let id = PartitionId::new("events", 0).unwrap();
-        let group = |name: &str, lag, leases| GroupGauge {
+        let group = |name: &str, lag, leases| GroupPosition {
             group: name.into(),
             lag,
             leases,
