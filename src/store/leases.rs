@@ -78,7 +78,7 @@ pub enum LeaseState {
 }
 
 impl LeaseState {
-    /// Every state, in the order of [`LeaseCounts`]' counts.
+    /// Every state, in declaration order: the order of lease counts by state.
     pub const ALL: [Self; 4] = [Self::Active, Self::Pending, Self::Acked, Self::Skipped];
 
     /// The state's name, as stored and as the REST API shows it.
