@@ -82,10 +82,8 @@ fn remove_if_present(path: &Path) -> std::io::Result<()> {
 
 /// Removes the leftover temporary files under `folder`, recursively; returns how many.
 fn remove_leftovers(folder: &Path) -> std::io::Result<u64> {
-    let entries = match fs::read_dir(folder) {
-        Ok(entries) => entries,
-        Err(err) if err.kind() == ErrorKind::NotFound => return Ok(0),
-        Err(err) => return Err(err),
+    let Some(entries) = entries_of(folder)? else {
+        return Ok(0);
     };
     let mut removed = 0;
     for entry in entries {
@@ -108,10 +106,8 @@ fn delete_file(path: &Path) -> std::io::Result<()> {
         .file_name()
         .expect("a segment path has a name")
         .to_string_lossy();
-    let entries = match fs::read_dir(folder) {
-        Ok(entries) => entries,
-        Err(err) if err.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(err),
+    let Some(entries) = entries_of(folder)? else {
+        return Ok(());
     };
     for entry in entries {
         let entry = entry?;
@@ -184,16 +180,23 @@ fn put_file(path: &Path, bytes: &[u8]) -> std::io::Result<PutOutcome> {
     Ok(outcome)
 }
 
+/// The entries of `folder`, or `None` when it does not exist (nothing was ever stored there).
+fn entries_of(folder: &Path) -> std::io::Result<Option<fs::ReadDir>> {
+    match fs::read_dir(folder) {
+        Ok(entries) => Ok(Some(entries)),
+        Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
 fn list_files(
     root: &Path,
     folder: &Path,
     prefix: &str,
     keys: &mut Vec<SegmentKey>,
 ) -> std::io::Result<()> {
-    let entries = match fs::read_dir(folder) {
-        Ok(entries) => entries,
-        Err(err) if err.kind() == ErrorKind::NotFound => return Ok(()),
-        Err(err) => return Err(err),
+    let Some(entries) = entries_of(folder)? else {
+        return Ok(());
     };
     for entry in entries {
         let entry = entry?;
