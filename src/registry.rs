@@ -172,14 +172,21 @@ impl Addresses {
 /// The volumes of a data folder. Which one holds a partition is asked of the volumes
 /// themselves (their `partitions` tables), so nothing here grows with the partition count.
 pub(crate) struct Volumes {
-    volumes: Vec<Arc<Volume>>,
+    /// The volumes that opened, by index; `None` for one that could not be opened.
+    volumes: Vec<Option<Arc<Volume>>>,
+    /// Why each volume that could not be opened could not: a partition found in no other
+    /// volume may be stored there, so it is answered `corrupted` rather than created again
+    /// (which would hand out its offsets anew).
+    unopened: Vec<Unopened>,
     /// Volumes that new partitions are spread over (`storage.volumes`).
     spread: usize,
 }
 
 impl Volumes {
-    /// Opens every volume of `config`'s data folder (at least `storage.volumes`). Refuses a
-    /// folder of the earlier one-database-per-partition layout.
+    /// Opens every volume of `config`'s data folder (at least `storage.volumes`). A volume that
+    /// cannot be opened (damaged) is logged and left out, so the others serve on; one written
+    /// by a newer version, or a folder of the earlier one-database-per-partition layout, is
+    /// refused.
     pub fn open(config: &Config) -> Result<Self, Error> {
         let dir = &config.storage.data_dir;
         if let Some(old) = earlier_layout_file(dir) {
@@ -195,17 +202,35 @@ impl Volumes {
         while dir.join(volume_file(count)).exists() {
             count += 1;
         }
-        let volumes = (0..count)
-            .map(|index| {
-                let path = dir.join(volume_file(index));
-                Volume::open(&path, config.storage.sync).map_err(|err| {
-                    let err = crate::error::with_causes(&err);
-                    unavailable(format!("cannot open {}: {err}", path.display()))
-                })
-            })
-            .collect::<Result<_, _>>()?;
+        let mut volumes = Vec::with_capacity(count);
+        let mut unopened = Vec::new();
+        for index in 0..count {
+            let path = dir.join(volume_file(index));
+            match Volume::open(&path, config.storage.sync) {
+                Ok(volume) => volumes.push(Some(volume)),
+                Err(err @ StoreError::SchemaTooNew { .. }) => {
+                    return Err(unavailable(format!(
+                        "cannot open {}: {err}",
+                        path.display()
+                    )));
+                }
+                Err(err) => {
+                    let unopenable = Unopened {
+                        path,
+                        cause: crate::error::with_causes(&err),
+                    };
+                    log::error!(
+                        "{unopenable}; its partitions answer `corrupted`, the other volumes \
+                         serve on"
+                    );
+                    volumes.push(None);
+                    unopened.push(unopenable);
+                }
+            }
+        }
         Ok(Self {
             volumes,
+            unopened,
             spread: config.storage.volumes,
         })
     }
@@ -223,22 +248,34 @@ impl Volumes {
             .volumes
             .iter()
             .enumerate()
-            .filter(|&(index, _)| index != home);
-        for (_, volume) in others {
+            .filter_map(|(index, volume)| volume.as_ref().filter(|_| index != home));
+        for volume in others {
             let found = LogStore::open_in(volume, id.topic(), id.index(), options.clone(), false)?;
             if let Some(store) = found {
                 return Ok(Some((volume.clone(), store)));
             }
         }
-        let volume = &self.volumes[home];
-        let store = LogStore::open_in(volume, id.topic(), id.index(), options.clone(), create)?;
-        Ok(store.map(|store| (volume.clone(), store)))
+        // Created only when no volume that could not be opened may hold it already.
+        let create = create && self.unopened.is_empty();
+        let found = match &self.volumes[home] {
+            Some(volume) => {
+                LogStore::open_in(volume, id.topic(), id.index(), options.clone(), create)?
+                    .map(|store| (volume.clone(), store))
+            }
+            None => None,
+        };
+        match (found, self.unopened.first()) {
+            (None, Some(unopened)) => Err(StoreError::Corrupted {
+                reason: format!("{id} may be stored in {unopened}"),
+            }),
+            (found, _) => Ok(found),
+        }
     }
 
     /// Every stored partition.
     fn partitions(&self) -> Result<Vec<PartitionId>, StoreError> {
         let mut found = Vec::new();
-        for volume in &self.volumes {
+        for volume in self.volumes.iter().flatten() {
             let partitions = volume.partitions()?.into_iter();
             found.extend(
                 partitions.filter_map(|(_, topic, index)| PartitionId::new(&topic, index).ok()),
@@ -249,7 +286,7 @@ impl Volumes {
 
     /// Closes every volume (see [`Volume::close`]), logging failures.
     fn close(&self) {
-        for volume in &self.volumes {
+        for volume in self.volumes.iter().flatten() {
             if let Err(err) = volume.close() {
                 log::error!("{}: cannot close: {err}", volume.path().display());
             }
@@ -259,12 +296,30 @@ impl Volumes {
     /// The topics with at least one stored partition, by name.
     pub fn topics(&self) -> Result<Vec<String>, StoreError> {
         let mut topics = Vec::new();
-        for volume in &self.volumes {
+        for volume in self.volumes.iter().flatten() {
             topics.extend(volume.topics()?);
         }
         topics.sort();
         topics.dedup();
         Ok(topics)
+    }
+}
+
+/// A volume that could not be opened, and why.
+#[derive(Debug)]
+struct Unopened {
+    path: PathBuf,
+    cause: String,
+}
+
+impl std::fmt::Display for Unopened {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}, which cannot be opened: {}",
+            self.path.display(),
+            self.cause
+        )
     }
 }
 

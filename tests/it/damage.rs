@@ -277,3 +277,65 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         })
         .collect()
 }
+
+/// The partitions stored in volume `index` of `topic`.
+fn partitions_in(data_dir: &Path, index: usize, topic: &str) -> Vec<u32> {
+    let conn = rusqlite::Connection::open(volume(data_dir, index)).unwrap();
+    let mut statement = conn
+        .prepare("SELECT partition FROM partitions WHERE topic = ?1 ORDER BY partition")
+        .unwrap();
+    statement
+        .query_map([topic], |row| row.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// A volume that cannot be opened at all (its header overwritten) does not stop the log: the
+/// partitions of the other volumes serve on, while its own answer `corrupted`, and so does a
+/// partition found in no volume that opened (it may be stored in the damaged one), which is
+/// never created anew.
+#[actix::test]
+async fn an_unopenable_volume_leaves_the_other_volumes_serving() {
+    let t = TestLog::with(|config| config.storage.volumes = 2);
+    let data_dir = t.config.storage.data_dir.clone();
+    for partition in 0..8 {
+        append(&t.log, partition, 3).await.unwrap();
+    }
+    t.log.shutdown().await.unwrap();
+    let (healthy, damaged) = (
+        partitions_in(&data_dir, 0, TOPIC)[0],
+        partitions_in(&data_dir, 1, TOPIC)[0],
+    );
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(volume(&data_dir, 1))
+        .unwrap();
+    file.write_all(&[0xA5; 100]).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+
+    let log = Log::open(t.config.clone()).expect("the log opens without the damaged volume");
+    let page = log.read(TOPIC, healthy, Some(0), None).await.unwrap();
+    assert_eq!(page.records.len(), 3);
+    assert_eq!(append(&log, healthy, 1).await.unwrap(), vec![3]);
+    for err in [
+        log.read(TOPIC, damaged, Some(0), None).await.unwrap_err(),
+        append(&log, damaged, 1).await.unwrap_err(),
+        append_to(&log, "fresh", 0).await.unwrap_err(),
+    ] {
+        assert_eq!(err.code(), "corrupted", "{err}");
+        assert!(err.to_string().contains("volume-1.sqlite"), "{err}");
+    }
+    log.shutdown().await.unwrap();
+    assert!(
+        partitions_in(&data_dir, 0, "fresh").is_empty(),
+        "a partition that may be in the damaged volume is not created in another"
+    );
+}
+
+/// Appends one record to `topic`'s `partition`.
+async fn append_to(log: &Log, topic: &str, partition: u32) -> Result<(), Error> {
+    let records = vec![NewRecord::new("1")];
+    log.append(topic, partition, records).await.map(drop)
+}
