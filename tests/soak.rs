@@ -3,7 +3,7 @@
 
 // The shared helpers, of which the soak test uses a few.
 #[allow(dead_code)]
-#[path = "it/common.rs"]
+#[path = "it/common/mod.rs"]
 mod common;
 #[path = "it/soak.rs"]
 mod soak;

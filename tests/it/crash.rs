@@ -22,6 +22,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::common::Rng;
+
 const TOPIC: &str = "crash";
 const GROUP: &str = "workers";
 /// Partitions of the topic (fewer than the default 8, so retention flushes sooner).
@@ -41,32 +43,7 @@ const RESEND_CHUNK: usize = 40;
 /// Read page size (`log.max_batch_size`, the default).
 const PAGE: u64 = 100;
 
-// ---------------------------------------------------------------------------------------------
-// Randomness (no dependency): xorshift64, seeded from the clock or `CRASH_SEED`
-// ---------------------------------------------------------------------------------------------
-
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        // Spread the seed so that close seeds give unrelated streams; never zero.
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
+/// The seed of a run: `CRASH_SEED`, or the clock.
 fn seed() -> u64 {
     match std::env::var("CRASH_SEED") {
         Ok(seed) => seed.trim().parse().expect("CRASH_SEED is an integer"),

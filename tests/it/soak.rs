@@ -16,7 +16,7 @@ use durability::config::ColdKind;
 use durability::store::{AppendOutcome, LeaseState, NewRecord, StoreError};
 use durability::{Error, Event, EventsOutcome, Log};
 
-use crate::common::TestLog;
+use crate::common::{Rng, TestLog};
 
 /// The topic every task works on.
 const TOPIC: &str = "events";
@@ -61,34 +61,6 @@ fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .expect("after the epoch")
         .as_millis() as i64
-}
-
-/// A small xorshift generator: each task has its own, no shared state.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// A number in `0..n`.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-
-    /// True with probability `percent` / 100.
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
 }
 
 /// Where an acknowledged record lives.

@@ -6,6 +6,10 @@ use std::sync::Arc;
 use durability::clock::ManualClock;
 use durability::store::{LogStore, Page, StoreError, StoreOptions};
 
+mod rng;
+
+pub use rng::Rng;
+
 /// The time every test clock starts at (as in the original library's tests).
 pub const START_MS: i64 = 1_800_000_000_000;
 
