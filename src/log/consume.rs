@@ -190,4 +190,29 @@ impl Log {
             .await?
             .unwrap_or(false))
     }
+
+    /// Commits `group`'s positions in several partitions of `topic` (forward only), after
+    /// checking every one: a request with any refused position commits nothing. Answers each
+    /// partition's cursor in effect.
+    ///
+    /// # Errors
+    /// Name and partition errors, `invalid_offset` (beyond a partition's next offset),
+    /// `unavailable` (some partitions may then have committed: commits are idempotent, retry).
+    pub async fn commit_many(
+        &self,
+        topic: &str,
+        group: &str,
+        offsets: &BTreeMap<u32, u64>,
+    ) -> Result<BTreeMap<u32, u64>, Error> {
+        for (&partition, &offset) in offsets {
+            self.group_partition(topic, partition, group)?;
+            check_offset(offset, self.bounds(topic, partition).await?.next_offset)?;
+        }
+        let mut cursors = BTreeMap::new();
+        for (&partition, &offset) in offsets {
+            let cursor = self.commit(topic, partition, group, offset).await?;
+            cursors.insert(partition, cursor);
+        }
+        Ok(cursors)
+    }
 }

@@ -149,6 +149,25 @@ impl Log {
             .check_enabled()?;
         self.group_partition(topic, partition, group)
     }
+
+    /// Leases `group`'s next range on whichever partition of `topic` has one, trying them in
+    /// order; answers the partition with its lease, or `None` when none has a range now.
+    ///
+    /// # Errors
+    /// As [`lease`](Self::lease).
+    pub async fn lease_any(
+        &self,
+        topic: &str,
+        group: &str,
+        limit: Option<usize>,
+    ) -> Result<Option<(u32, Lease)>, Error> {
+        for partition in 0..self.partitions(topic)? {
+            if let Some(lease) = self.lease(topic, partition, group, limit).await? {
+                return Ok(Some((partition, lease)));
+            }
+        }
+        Ok(None)
+    }
 }
 
 fn not_held(batch_id: &str) -> Error {

@@ -19,7 +19,7 @@ mod produce;
 
 pub use crate::store::{GroupPosition, LeaseState};
 pub use builder::LogBuilder;
-pub use operations::TopicInfo;
+pub use operations::{PartitionDetail, TopicInfo};
 pub use produce::{Event, EventsOutcome};
 
 use std::sync::Arc;

@@ -1,11 +1,26 @@
 //! Operations: topics, bounds, load, and retention run on demand.
 
+use std::collections::BTreeMap;
+
 use super::Log;
 use crate::error::Error;
 use crate::load::{LoadObserver, LoadSnapshot};
 use crate::names::PartitionId;
 use crate::partition;
 use crate::store::{Bounds, GroupPosition};
+
+/// One partition of a topic, as [`Log::describe_topic`] answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionDetail {
+    /// Its index.
+    pub partition: u32,
+    /// Which offsets it can serve.
+    pub bounds: Bounds,
+    /// Every group's committed position.
+    pub cursors: BTreeMap<String, u64>,
+    /// Records not yet processed by its slowest group.
+    pub pending_deliveries: u64,
+}
 
 /// A topic that has at least one written partition.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,5 +132,27 @@ impl Log {
                 partition: "*".into(),
                 reason: format!("reading the groups of the open partitions failed: {err}"),
             })
+    }
+
+    /// Every partition of `topic` in order: its bounds, its groups' cursors and its backlog.
+    ///
+    /// # Errors
+    /// Name errors; `unavailable`.
+    pub async fn describe_topic(&self, topic: &str) -> Result<Vec<PartitionDetail>, Error> {
+        let partitions = self.partitions(topic)?;
+        let mut details = Vec::with_capacity(partitions as usize);
+        for partition in 0..partitions {
+            details.push(PartitionDetail {
+                partition,
+                bounds: self.bounds(topic, partition).await?,
+                cursors: self.cursors(topic, partition).await?,
+                pending_deliveries: self
+                    .load(topic, partition)
+                    .await?
+                    .outbound
+                    .pending_deliveries,
+            });
+        }
+        Ok(details)
     }
 }
