@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
+use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, Type};
 
 use super::request::{Query, json_body, offset, partition};
 use super::schema;
@@ -160,7 +161,29 @@ pub async fn poll(
 #[serde(deny_unknown_fields)]
 struct CommitBody {
     /// Partition number → the next offset to read.
+    #[schema(schema_with = commit_offsets)]
     offsets: BTreeMap<String, i64>,
+}
+
+/// The schema of `CommitBody::offsets`: what the derive writes for a map, plus the rules the
+/// handler checks. A key is a partition number (digits: `400 invalid_name` otherwise) and a value
+/// an offset (negative: `400 invalid_offset`).
+fn commit_offsets() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .description(Some("Partition number → the next offset to read."))
+        .property_names(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[0-9]+$")),
+        ))
+        .additional_properties(Some(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                .minimum(Some(0)),
+        ))
+        .build()
 }
 
 /// `POST /topics/{topic}/groups/{group}/commit` with `{"offsets": {"0": 12}}`: every
@@ -228,6 +251,7 @@ pub async fn commit(
 #[serde(deny_unknown_fields)]
 struct CursorBody {
     /// The next offset to read.
+    #[schema(minimum = 0)]
     offset: i64,
 }
 

@@ -148,6 +148,7 @@ pub async fn ack(
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct NackBody {
     /// Redeliver no sooner than this many ms from now (default 0).
+    #[schema(minimum = 0)]
     delay_ms: Option<i64>,
 }
 
@@ -159,7 +160,7 @@ struct NackBody {
     operation_id = "nackLease",
     summary = "Give a leased range back for redelivery",
     description = "The range is redelivered (under a new `batchId`) no sooner than `delayMs`.",
-    request_body = Option<NackBody>,
+    request_body(content = NackBody, description = "Optional: without a body, the range is redelivered at once"),
     params(schema::BatchPath),
     responses(
         (status = 204, description = "The range will be redelivered under a new `batchId`"),

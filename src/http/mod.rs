@@ -36,6 +36,9 @@ pub struct HttpState {
     /// Longest wait for a request's body (`server.request_timeout_ms`).
     request_timeout: std::time::Duration,
     metrics: Metrics,
+    /// `GET /openapi.json`'s answer, the document of this server's configuration, written on
+    /// first request.
+    openapi: std::sync::OnceLock<web::Bytes>,
 }
 
 impl HttpState {
@@ -63,6 +66,7 @@ impl HttpState {
             max_body_bytes,
             request_timeout,
             metrics,
+            openapi: std::sync::OnceLock::new(),
         }
     }
 }

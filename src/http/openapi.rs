@@ -1,33 +1,36 @@
 //! The OpenAPI document of the REST server, generated with `utoipa` from the handlers'
 //! `#[utoipa::path]` attributes and schema types, and served at `GET /openapi.json` so that
-//! clients can be generated from it. It requires the bearer token like every route except
-//! `/healthz`.
+//! clients can be generated from it.
 //!
-//! Use [`ApiDoc`] to write the document without a server:
+//! Each server serves the document of its own configuration ([`document`]): the bearer
+//! requirement and its `401` answers appear only when `server.auth_token` is set, and the limits
+//! a request meets are this server's (`log.max_batch_size`, `log.max_record_bytes`,
+//! `server.max_body_bytes`). Write the document without a server from a [`Config`]:
 //!
 //! ```
-//! use durability::http::openapi::{ApiDoc, OpenApi};
+//! use durability::Config;
+//! use durability::http::openapi::document;
 //!
-//! let json = ApiDoc::openapi().to_pretty_json().unwrap();
+//! let json = document(&Config::default()).to_pretty_json().unwrap();
 //! assert!(json.contains("/topics/{topic}/records"));
 //! ```
 
-use std::sync::LazyLock;
-
 use actix_web::HttpResponse;
 use actix_web::http::header::ContentType;
-/// The trait behind [`ApiDoc::openapi`], re-exported so that callers need no `utoipa`
-/// dependency of their own.
-pub use utoipa::OpenApi;
-use utoipa::openapi::path::{HttpMethod, OperationBuilder, PathItem};
+use actix_web::web;
+use utoipa::openapi::path::{HttpMethod, Operation, OperationBuilder, PathItem};
+use utoipa::openapi::request_body::RequestBody;
 use utoipa::openapi::response::ResponseBuilder;
-use utoipa::openapi::schema::{Object, SchemaType, Type};
-use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
-use utoipa::openapi::{ContentBuilder, Ref};
+use utoipa::openapi::schema::{Array, Object, Schema, SchemaType, Type};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{Content, ContentBuilder, Ref, RefOr, Required};
+use utoipa::{Modify, OpenApi};
 
-use super::{consume, leases, operations, produce, schema};
+use super::{HttpState, consume, leases, operations, produce, schema};
+use crate::config::Config;
 
-/// The document: every route of the API, its bodies and its errors.
+/// Every route of the API, its bodies and its errors: the part of the document that no
+/// setting changes. [`document`] adds the part that settings do.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -64,7 +67,6 @@ use super::{consume, leases, operations, produce, schema};
     ),
     components(schemas(schema::ErrorBody)),
     modifiers(&Additions),
-    security(("bearerAuth" = [])),
     tags(
         (name = "produce", description = "Append records"),
         (name = "consume", description = "Read pages, poll and commit consumer groups' cursors"),
@@ -72,56 +74,47 @@ use super::{consume, leases, operations, produce, schema};
         (name = "operations", description = "Bounds, load, retention, topics, health"),
     )
 )]
-pub struct ApiDoc;
+struct ApiDoc;
 
-/// What the derive cannot say: the bearer scheme, `/healthz` open to all, and `/metrics`
-/// (Prometheus text, not JSON).
+/// The document of a server running with `config`.
+///
+/// With `server.auth_token` set, every operation but `GET /healthz` requires the bearer token
+/// and lists its `401`; without one, the document has no security requirement and no `401`
+/// (the server never answers it). The produce bodies and the `413` answers state this server's
+/// `log.max_batch_size`, `log.max_record_bytes` and `server.max_body_bytes`.
+pub fn document(config: &Config) -> utoipa::openapi::OpenApi {
+    let mut openapi = ApiDoc::openapi();
+    Configured(config).modify(&mut openapi);
+    openapi
+}
+
+/// What the derive cannot say: the rules of the produce and nack bodies, the `500` of damaged
+/// storage, and `/metrics` (Prometheus text, not JSON).
 struct Additions;
 
-impl utoipa::Modify for Additions {
+impl Modify for Additions {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
-        let components = openapi.components.get_or_insert_with(Default::default);
-        components.add_security_scheme(
-            "bearerAuth",
-            SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
-        );
-        // `security: []` (no requirement) rather than the document-wide bearer token.
-        if let Some(get) = openapi
-            .paths
-            .paths
-            .get_mut("/healthz")
-            .and_then(|item| item.get.as_mut())
-        {
-            get.security = Some(Vec::new());
+        // An empty batch is `400 invalid_request`.
+        for id in ["produceEvents", "appendRecords"] {
+            json_array(request_body(openapi, id)).min_items = Some(1);
         }
+        // The body is optional (`required: false`) but, when sent, an object: the derive makes a
+        // body optional only through an `Option`, which would also allow `null`.
+        request_body(openapi, "nackLease").required = Some(Required::False);
         // Every operation that reaches a partition's storage may meet damaged files.
         let corrupted = ResponseBuilder::new()
             .description(
                 "`corrupted`: the partition's files are damaged; it refuses writes and retrying \
                  does not help",
             )
-            .content(
-                "application/json",
-                ContentBuilder::new()
-                    .schema(Some(Ref::from_schema_name("ErrorBody")))
-                    .build(),
-            )
+            .content("application/json", error_content())
             .build();
-        for item in openapi.paths.paths.values_mut() {
-            let operations = [
-                &mut item.get,
-                &mut item.put,
-                &mut item.post,
-                &mut item.delete,
-                &mut item.patch,
-            ];
-            for operation in operations.into_iter().flatten() {
-                if operation.responses.responses.contains_key("503") {
-                    operation
-                        .responses
-                        .responses
-                        .insert("500".to_owned(), corrupted.clone().into());
-                }
+        for operation in operations(openapi) {
+            if operation.responses.responses.contains_key("503") {
+                operation
+                    .responses
+                    .responses
+                    .insert("500".to_owned(), corrupted.clone().into());
             }
         }
         let metrics = OperationBuilder::new()
@@ -144,12 +137,7 @@ impl utoipa::Modify for Additions {
                 "401",
                 ResponseBuilder::new()
                     .description("`unauthorized`: missing or wrong bearer token")
-                    .content(
-                        "application/json",
-                        ContentBuilder::new()
-                            .schema(Some(Ref::from_schema_name("ErrorBody")))
-                            .build(),
-                    ),
+                    .content("application/json", error_content()),
             );
         openapi
             .paths
@@ -159,14 +147,137 @@ impl utoipa::Modify for Additions {
     }
 }
 
-/// The document as JSON, built once.
-static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
-    ApiDoc::openapi()
-        .to_json()
-        .expect("the OpenAPI document serializes")
-});
+/// What a server's configuration decides: the bearer requirement and the request limits.
+struct Configured<'a>(&'a Config);
 
-/// `GET /openapi.json`: the OpenAPI document.
+impl Modify for Configured<'_> {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let config = self.0;
+        if config.server.auth_token.is_empty() {
+            for operation in operations(openapi) {
+                operation.responses.responses.remove("401");
+            }
+        } else {
+            openapi
+                .components
+                .get_or_insert_with(Default::default)
+                .add_security_scheme(
+                    "bearerAuth",
+                    SecurityScheme::Http(Http::new(HttpAuthScheme::Bearer)),
+                );
+            openapi.security = Some(vec![SecurityRequirement::new(
+                "bearerAuth",
+                Vec::<String>::new(),
+            )]);
+            // `security: []`: no requirement, rather than the document-wide bearer token.
+            operation(openapi, "healthz").security = Some(Vec::new());
+        }
+
+        let log = &config.log;
+        let payload = format!(
+            "each payload's JSON text at most {} bytes (`log.max_record_bytes`)",
+            log.max_record_bytes
+        );
+        let topics = topic_limits(config);
+        let events = request_body(openapi, "produceEvents");
+        events.description = Some(format!(
+            "The events, in order: at least one, at most {} (`log.max_batch_size`) routed to \
+             any one partition, {payload}.{topics}",
+            log.max_batch_size
+        ));
+        let records = request_body(openapi, "appendRecords");
+        records.description = Some(format!(
+            "The records, in order: 1 to {} (`log.max_batch_size`), {payload}.{topics}",
+            log.max_batch_size
+        ));
+        json_array(records).max_items = Some(log.max_batch_size);
+
+        let too_large = format!(
+            "`payload_too_large`: the body is over {} bytes (`server.max_body_bytes`)",
+            config.server.max_body_bytes
+        );
+        for operation in operations(openapi) {
+            if let Some(RefOr::T(response)) = operation.responses.responses.get_mut("413") {
+                response.description.clone_from(&too_large);
+            }
+        }
+    }
+}
+
+/// The topics whose `[topics.<name>.log]` sets other produce limits than `[log]`, as a
+/// sentence for the produce bodies (empty when there are none).
+fn topic_limits(config: &Config) -> String {
+    let own: Vec<String> = config
+        .topics
+        .iter()
+        .filter(|(_, topic)| {
+            (topic.log.max_batch_size, topic.log.max_record_bytes)
+                != (config.log.max_batch_size, config.log.max_record_bytes)
+        })
+        .map(|(name, topic)| {
+            format!(
+                "`{name}` {} records and {} bytes",
+                topic.log.max_batch_size, topic.log.max_record_bytes
+            )
+        })
+        .collect();
+    if own.is_empty() {
+        String::new()
+    } else {
+        format!(" Topics with their own limits: {}.", own.join(", "))
+    }
+}
+
+/// Every operation of the document.
+fn operations(openapi: &mut utoipa::openapi::OpenApi) -> impl Iterator<Item = &mut Operation> {
+    openapi.paths.paths.values_mut().flat_map(|item| {
+        [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ]
+        .into_iter()
+        .flatten()
+    })
+}
+
+/// The operation `id`; every id asked for is one of [`ApiDoc`]'s.
+fn operation<'a>(openapi: &'a mut utoipa::openapi::OpenApi, id: &str) -> &'a mut Operation {
+    operations(openapi)
+        .find(|operation| operation.operation_id.as_deref() == Some(id))
+        .unwrap_or_else(|| panic!("the document has no operation {id}"))
+}
+
+/// The request body of the operation `id`, which has one.
+fn request_body<'a>(openapi: &'a mut utoipa::openapi::OpenApi, id: &str) -> &'a mut RequestBody {
+    match operation(openapi, id).request_body.as_mut() {
+        Some(RefOr::T(body)) => body,
+        _ => panic!("{id} has no request body of its own"),
+    }
+}
+
+/// The array schema of a JSON request body that is an array.
+fn json_array(body: &mut RequestBody) -> &mut Array {
+    match body.content.get_mut("application/json") {
+        Some(RefOr::T(Content {
+            schema: Some(RefOr::T(Schema::Array(array))),
+            ..
+        })) => array,
+        _ => panic!("the request body is not a JSON array"),
+    }
+}
+
+/// A JSON body of the shared error schema.
+fn error_content() -> Content {
+    ContentBuilder::new()
+        .schema(Some(Ref::from_schema_name("ErrorBody")))
+        .build()
+}
+
+/// `GET /openapi.json`: the document of this server's configuration ([`document`]), written
+/// once per worker.
 #[utoipa::path(
     get,
     path = "/openapi.json",
@@ -176,8 +287,14 @@ static DOCUMENT: LazyLock<String> = LazyLock::new(|| {
         (status = 401, description = "`unauthorized`: missing or wrong bearer token", body = schema::ErrorBody),
     )
 )]
-pub async fn openapi() -> HttpResponse {
+pub async fn openapi(state: web::Data<HttpState>) -> HttpResponse {
+    let json = state.openapi.get_or_init(|| {
+        document(state.log.config())
+            .to_json()
+            .expect("the OpenAPI document serializes")
+            .into()
+    });
     HttpResponse::Ok()
         .content_type(ContentType::json())
-        .body(DOCUMENT.as_str())
+        .body(json.clone())
 }

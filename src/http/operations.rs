@@ -108,6 +108,7 @@ pub async fn trim(
 #[serde(deny_unknown_fields)]
 struct ForgetBody {
     /// Forget the cold segments that end below this offset.
+    #[schema(minimum = 0)]
     before: i64,
 }
 

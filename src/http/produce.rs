@@ -21,7 +21,10 @@ struct EventBody {
     /// Any JSON value; it reads back unchanged.
     #[schema(value_type = serde_json::Value)]
     payload: Box<RawValue>,
-    /// Optional deduplication key, 1 to 1024 bytes: a re-sent key returns the original place.
+    /// Optional deduplication key, 1 to 1024 bytes of UTF-8 (`maxLength` counts characters, so
+    /// a key of fewer characters but more bytes is refused too): a re-sent key returns the
+    /// original place.
+    #[schema(min_length = 1, max_length = 1024)]
     key: Option<String>,
 }
 
@@ -32,7 +35,10 @@ struct RecordBody {
     /// Any JSON value; it reads back unchanged.
     #[schema(value_type = serde_json::Value)]
     payload: Box<RawValue>,
-    /// Optional deduplication key, 1 to 1024 bytes: a re-sent key returns the original offset.
+    /// Optional deduplication key, 1 to 1024 bytes of UTF-8 (`maxLength` counts characters, so
+    /// a key of fewer characters but more bytes is refused too): a re-sent key returns the
+    /// original offset.
+    #[schema(min_length = 1, max_length = 1024)]
     key: Option<String>,
 }
 

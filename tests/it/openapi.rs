@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 use crate::common::TestLog;
 
 /// Every `(method, path)` of `spec/API.md`, plus the document itself, with the statuses the
-/// contract gives it.
+/// contract gives it on a server with a token (without one, no `401`).
 const ROUTES: &[(&str, &str, &str)] = &[
     ("post", "/topics/{topic}/records", "202 400 401 413 500 503"),
     (
@@ -171,6 +171,20 @@ fn operation<'a>(document: &'a Value, method: &str, template: &str) -> &'a Value
         "the document has no {method} {template}"
     );
     operation
+}
+
+/// Every operation of the document, as `(method, path, operation)`.
+fn operations(document: &Value) -> Vec<(&str, &str, &Value)> {
+    let paths = document["paths"].as_object().expect("paths");
+    paths
+        .iter()
+        .flat_map(|(path, item)| {
+            METHODS.iter().filter_map(move |method| {
+                item.get(*method)
+                    .map(|operation| (*method, path.as_str(), operation))
+            })
+        })
+        .collect()
 }
 
 /// Checks an answer against the document: the operation lists its status, and the body matches
@@ -361,16 +375,17 @@ fn check_object(
     }
 }
 
-/// The document is OpenAPI 3, lists exactly the routes of the contract with their methods and
-/// statuses, declares each path parameter, and describes errors with one shared schema.
+/// The document of a server with a token is OpenAPI 3, lists exactly the routes of the contract
+/// with their methods and statuses, declares each path parameter, and describes errors with one
+/// shared schema.
 #[actix::test]
 async fn document_lists_every_route_of_the_contract() {
-    let log = TestLog::with(|_| {});
+    let log = TestLog::with(|config| config.server.auth_token = "s3cret".into());
     let app =
         test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
     let response = test::call_service(
         &app,
-        request("get", "/openapi.json", None, None).to_request(),
+        request("get", "/openapi.json", None, Some("s3cret")).to_request(),
     )
     .await;
     assert_eq!(response.status().as_u16(), 200);
@@ -388,15 +403,9 @@ async fn document_lists_every_route_of_the_contract() {
     assert_eq!(document["info"]["title"], "durability");
     assert_eq!(document["info"]["version"], env!("CARGO_PKG_VERSION"));
 
-    let paths = document["paths"].as_object().expect("paths");
-    let mut listed: Vec<(String, String)> = paths
-        .iter()
-        .flat_map(|(path, item)| {
-            METHODS
-                .iter()
-                .filter(|method| item.get(**method).is_some())
-                .map(move |method| (method.to_string(), path.clone()))
-        })
+    let mut listed: Vec<(String, String)> = operations(&document)
+        .into_iter()
+        .map(|(method, path, _)| (method.to_owned(), path.to_owned()))
         .collect();
     listed.sort();
     let mut expected: Vec<(String, String)> = ROUTES
@@ -805,4 +814,241 @@ async fn document_requires_the_token() {
         status,
         &body,
     );
+}
+
+/// A server without a token serves a document without a security requirement and without
+/// `401` answers: no operation requires anything, and none answers `401` (with a token, see
+/// `document_lists_every_route_of_the_contract`).
+#[actix::test]
+async fn no_security_without_a_token() {
+    let open = TestLog::with(|_| {});
+    let app =
+        test::init_service(App::new().configure(durability::http::service(open.log.clone()))).await;
+    let (_, document) = send(
+        &app,
+        request("get", "/openapi.json", None, None).to_request(),
+    )
+    .await;
+    assert!(
+        document.get("security").is_none(),
+        "{}",
+        document["security"]
+    );
+    assert!(
+        document["components"].get("securitySchemes").is_none(),
+        "{}",
+        document["components"]["securitySchemes"]
+    );
+    for (method, path, operation) in operations(&document) {
+        assert!(operation.get("security").is_none(), "{method} {path}");
+        assert!(
+            operation["responses"].get("401").is_none(),
+            "{method} {path} lists a 401 that a server without a token never answers"
+        );
+    }
+}
+
+/// The document states the rules the server enforces on requests, with this server's limits:
+/// `minItems` on both produce bodies and `maxItems` (`log.max_batch_size`) on a partition's,
+/// the dedup key's `minLength`/`maxLength`, `minimum: 0` on every offset, `before` and
+/// `delayMs`, the commit's partition-number keys, and a nack body that may be left out but is
+/// never `null`. Requests at each edge are then answered as the document says.
+#[actix::test]
+async fn document_states_the_request_rules() {
+    let log = TestLog::with(|config| {
+        config.log.max_batch_size = 3;
+        config.log.max_record_bytes = 512;
+        config.server.max_body_bytes = 4096;
+    });
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
+    let (_, document) = send(
+        &app,
+        request("get", "/openapi.json", None, None).to_request(),
+    )
+    .await;
+    let document = &document;
+    let schemas = &document["components"]["schemas"];
+    let body = |method: &str, path: &str| operation(document, method, path)["requestBody"].clone();
+
+    // Produce bodies.
+    let events = body("post", "/topics/{topic}/records");
+    let records = body("post", "/topics/{topic}/partitions/{partition}/records");
+    assert_eq!(
+        events["content"]["application/json"]["schema"]["minItems"],
+        1
+    );
+    assert_eq!(
+        records["content"]["application/json"]["schema"]["minItems"],
+        1
+    );
+    assert_eq!(
+        records["content"]["application/json"]["schema"]["maxItems"],
+        3
+    );
+    for description in [&events["description"], &records["description"]] {
+        let description = description.as_str().expect("a description");
+        assert!(
+            description.contains("at most 3") || description.contains("1 to 3"),
+            "{description}"
+        );
+        assert!(description.contains("512 bytes"), "{description}");
+    }
+    for schema in ["EventBody", "RecordBody"] {
+        let key = &schemas[schema]["properties"]["key"];
+        assert_eq!(key["minLength"], 1, "{schema}");
+        assert_eq!(
+            key["maxLength"],
+            durability::store::MAX_KEY_BYTES,
+            "{schema}"
+        );
+    }
+    let too_large =
+        operation(document, "post", "/topics/{topic}/records")["responses"]["413"]["description"]
+            .as_str()
+            .expect("a 413");
+    assert!(too_large.contains("4096 bytes"), "{too_large}");
+
+    // Offsets and delays.
+    assert_eq!(schemas["CursorBody"]["properties"]["offset"]["minimum"], 0);
+    assert_eq!(schemas["ForgetBody"]["properties"]["before"]["minimum"], 0);
+    assert_eq!(schemas["NackBody"]["properties"]["delayMs"]["minimum"], 0);
+    let offsets = &schemas["CommitBody"]["properties"]["offsets"];
+    assert_eq!(offsets["additionalProperties"]["minimum"], 0);
+    assert_eq!(offsets["propertyNames"]["pattern"], "^[0-9]+$");
+    let read = operation(
+        document,
+        "get",
+        "/topics/{topic}/partitions/{partition}/records",
+    );
+    for parameter in read["parameters"].as_array().expect("parameters") {
+        if ["from", "waitMs"].contains(&parameter["name"].as_str().expect("a name")) {
+            assert_eq!(parameter["schema"]["minimum"], 0, "{parameter}");
+        }
+    }
+
+    // The nack body: optional, and an object when sent.
+    let nack = body(
+        "post",
+        "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/nack",
+    );
+    assert_eq!(nack["required"], false);
+    assert_eq!(
+        nack["content"]["application/json"]["schema"],
+        json!({"$ref": "#/components/schemas/NackBody"})
+    );
+
+    // The server at each edge.
+    let records = "/topics/t/partitions/0/records";
+    let record = |key: &str| json!({"payload": 1, "key": key});
+    for (body, status) in [
+        (json!([]), 400),
+        (json!([record("")]), 400),
+        (json!([record(&"k".repeat(1025))]), 400),
+        (json!([record(&"k".repeat(1024))]), 202),
+        (
+            json!([{"payload": 1}, {"payload": 2}, {"payload": 3}, {"payload": 4}]),
+            400,
+        ),
+        (json!([{"payload": 1}, {"payload": 2}, {"payload": 3}]), 202),
+    ] {
+        let (answered, _) = exchange!(
+            &app,
+            document,
+            "post",
+            "/topics/{topic}/partitions/{partition}/records",
+            records,
+            body.clone()
+        );
+        assert_eq!(answered, status, "{body}");
+    }
+    for (body, status) in [
+        (json!([]), 400),
+        (json!([{"partitionKey": "a", "payload": 1, "key": ""}]), 400),
+        (
+            json!([{"partitionKey": "a", "payload": 1, "key": "k"}]),
+            202,
+        ),
+    ] {
+        let (answered, _) = exchange!(
+            &app,
+            document,
+            "post",
+            "/topics/{topic}/records",
+            "/topics/t/records",
+            body.clone()
+        );
+        assert_eq!(answered, status, "{body}");
+    }
+    for (body, status) in [
+        (json!({"offsets": {"x": 0}}), 400),
+        (json!({"offsets": {"": 0}}), 400),
+        (json!({"offsets": {"0": -1}}), 400),
+        (json!({"offsets": {"0": 0}}), 200),
+    ] {
+        let (answered, _) = exchange!(
+            &app,
+            document,
+            "post",
+            "/topics/{topic}/groups/{group}/commit",
+            "/topics/t/groups/g/commit",
+            body.clone()
+        );
+        assert_eq!(answered, status, "{body}");
+    }
+    let (status, _) = exchange!(
+        &app,
+        document,
+        "put",
+        "/topics/{topic}/partitions/{partition}/cursors/{group}",
+        "/topics/t/partitions/0/cursors/g",
+        json!({"offset": -1})
+    );
+    assert_eq!(status, 400);
+    let (status, _) = exchange!(
+        &app,
+        document,
+        "post",
+        "/topics/{topic}/partitions/{partition}/cold/forget",
+        "/topics/t/partitions/0/cold/forget",
+        json!({"before": -1})
+    );
+    assert_eq!(status, 400);
+    let (status, _) = exchange!(
+        &app,
+        document,
+        "get",
+        "/topics/{topic}/partitions/{partition}/records",
+        "/topics/t/partitions/0/records?from=-1"
+    );
+    assert_eq!(status, 400);
+
+    let (status, lease) = exchange!(
+        &app,
+        document,
+        "post",
+        "/topics/{topic}/partitions/{partition}/groups/{group}/leases",
+        "/topics/t/partitions/0/groups/w/leases?limit=1"
+    );
+    assert_eq!(status, 200);
+    let nack = format!(
+        "/topics/t/partitions/0/groups/w/leases/{}/nack",
+        lease["batchId"].as_str().expect("a batchId")
+    );
+    for (body, status) in [
+        (Some(json!(null)), 400),
+        (Some(json!({"delayMs": -1})), 400),
+        (None, 204),
+    ] {
+        let request = request("post", &nack, body.as_ref(), None).to_request();
+        let (answered, answer) = send(&app, request).await;
+        assert_documented(
+            document,
+            "post",
+            "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/nack",
+            answered,
+            &answer,
+        );
+        assert_eq!(answered, status, "{body:?}");
+    }
 }
