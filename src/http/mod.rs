@@ -86,8 +86,16 @@ pub fn service(log: Log) -> impl FnOnce(&mut web::ServiceConfig) {
 pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web::ServiceConfig) {
     move |cfg| {
         cfg.app_data(web::Data::new(HttpState::with_metrics(log, metrics)));
-        cfg.route("/healthz", web::get().to(operations::healthz));
-        cfg.route("/healthz", web::head().to(operations::healthz));
+        // Outside the scope below: no token, no timing. Its other methods are 405 too.
+        cfg.service(
+            web::resource("/healthz")
+                .wrap(
+                    ErrorHandlers::new()
+                        .handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed),
+                )
+                .get(operations::healthz)
+                .head(operations::healthz),
+        );
         cfg.service(
             web::scope("")
                 .wrap(from_fn(refuse_declared_oversize))

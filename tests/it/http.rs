@@ -941,7 +941,8 @@ async fn slow_and_oversized_bodies_are_refused_without_waiting_for_them() {
 }
 
 /// A known path with a method it does not serve answers `405 method_not_allowed` with `Allow`
-/// naming the methods it does serve; an unknown path stays `404 not_found`.
+/// naming the methods it does serve, `/healthz` included; an unknown path stays
+/// `404 not_found`.
 #[actix::test]
 async fn a_wrong_method_on_a_known_path_is_405_with_allow() {
     let server = TestServer::start(|_| {});
@@ -984,6 +985,12 @@ async fn a_wrong_method_on_a_known_path_is_405_with_allow() {
 
     let (status, allow, _) = exchange("GET", "/topics/t/records").await.unwrap();
     assert_eq!((status, allow.as_str()), (405, "POST"));
+
+    // `/healthz` sits outside the routes that need a token, and answers the same way.
+    let (status, allow, body) = exchange("TRACE", "/healthz").await.unwrap();
+    assert_eq!(status, 405, "{body}");
+    assert_eq!(body["error"]["code"], json!("method_not_allowed"), "{body}");
+    assert_eq!(allow, "GET, HEAD");
 
     let (status, _, body) = exchange("GET", "/no/such/path").await.unwrap();
     assert_eq!(status, 404, "{body}");
