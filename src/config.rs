@@ -17,6 +17,9 @@ use crate::cold::{ColdStore, ColdStoreError, FsColdStore, S3ColdStore, S3Setting
 use crate::names::validate_topic;
 use crate::store::{LeaseOptions, Retention, SyncMode};
 
+/// The longest `waitMs` the REST contract allows: `server.max_wait_ms` may only shorten it.
+pub const MAX_WAIT_MS: u64 = 30_000;
+
 /// The defaults, built into the binary so it starts the same from any working directory.
 pub const DEFAULTS: &str = include_str!("../config/default.toml");
 /// Prefix of the environment variables that override settings.
@@ -112,6 +115,9 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     /// Longest wait for a request's body. Default: 5,000.
     pub request_timeout_ms: u64,
+    /// Longest wait of a long-poll read (`waitMs`); a longer one is cut to it. At most
+    /// [`MAX_WAIT_MS`]. Default: 30,000.
+    pub max_wait_ms: u64,
 }
 
 /// `[storage]`.
@@ -410,6 +416,12 @@ impl Config {
         }
         positive("server.max_body_bytes", server.max_body_bytes as u64)?;
         positive("server.request_timeout_ms", server.request_timeout_ms)?;
+        if server.max_wait_ms > MAX_WAIT_MS {
+            return Err(ConfigError::invalid(
+                "server.max_wait_ms",
+                format!("must be at most {MAX_WAIT_MS}"),
+            ));
+        }
         if self.storage.data_dir.as_os_str().is_empty() {
             return Err(ConfigError::invalid(
                 "storage.data_dir",

@@ -107,7 +107,7 @@ pub async fn read(
     let (topic, index) = path.into_inner();
     let index = partition(&index)?;
     let query = Query::parse(request.query_string())?;
-    let (from, limit, wait) = (query.from()?, query.limit()?, query.wait()?);
+    let (from, limit, wait) = (query.from()?, query.limit()?, query.wait(state.max_wait)?);
     let page = state
         .log
         .read_wait(&topic, index, from, limit, wait)
@@ -145,7 +145,7 @@ pub async fn poll(
     let query = Query::parse(request.query_string())?;
     let pages = state
         .log
-        .poll(&topic, &group, query.limit()?, query.wait()?)
+        .poll(&topic, &group, query.limit()?, query.wait(state.max_wait)?)
         .await?;
     let read = pages.iter().map(|page| page.records.len() as u64).sum();
     state.metrics.records_read(&topic, read);

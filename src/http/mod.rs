@@ -35,6 +35,8 @@ pub struct HttpState {
     max_body_bytes: usize,
     /// Longest wait for a request's body (`server.request_timeout_ms`).
     request_timeout: std::time::Duration,
+    /// Longest long-poll wait (`server.max_wait_ms`).
+    max_wait: std::time::Duration,
     metrics: Metrics,
     /// `GET /openapi.json`'s answer, the document of this server's configuration, written on
     /// first request.
@@ -60,11 +62,13 @@ impl HttpState {
         let auth_token = (!server.auth_token.is_empty()).then(|| server.auth_token.clone());
         let max_body_bytes = server.max_body_bytes;
         let request_timeout = std::time::Duration::from_millis(server.request_timeout_ms);
+        let max_wait = std::time::Duration::from_millis(server.max_wait_ms);
         Self {
             log,
             auth_token,
             max_body_bytes,
             request_timeout,
+            max_wait,
             metrics,
             openapi: std::sync::OnceLock::new(),
         }

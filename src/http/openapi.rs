@@ -5,7 +5,7 @@
 //! Each server serves the document of its own configuration ([`document`]): the bearer
 //! requirement and its `401` answers appear only when `server.auth_token` is set, and the limits
 //! a request meets are this server's (`log.max_batch_size`, `log.max_record_bytes`,
-//! `server.max_body_bytes`). Write the document without a server from a [`Config`]:
+//! `server.max_body_bytes`, `server.max_wait_ms`). Write the document without a server from a [`Config`]:
 //!
 //! ```
 //! use durability::Config;
@@ -80,8 +80,9 @@ struct ApiDoc;
 ///
 /// With `server.auth_token` set, every operation but `GET /healthz` requires the bearer token
 /// and lists its `401`; without one, the document has no security requirement and no `401`
-/// (the server never answers it). The produce bodies and the `413` answers state this server's
-/// `log.max_batch_size`, `log.max_record_bytes` and `server.max_body_bytes`.
+/// (the server never answers it). The produce bodies, the `413` answers and `waitMs` state this
+/// server's `log.max_batch_size`, `log.max_record_bytes`, `server.max_body_bytes` and
+/// `server.max_wait_ms`.
 pub fn document(config: &Config) -> utoipa::openapi::OpenApi {
     let mut openapi = ApiDoc::openapi();
     Configured(config).modify(&mut openapi);
@@ -147,7 +148,8 @@ impl Modify for Additions {
     }
 }
 
-/// What a server's configuration decides: the bearer requirement and the request limits.
+/// What a server's configuration decides: the bearer requirement, the request limits and the
+/// longest wait.
 struct Configured<'a>(&'a Config);
 
 impl Modify for Configured<'_> {
@@ -191,6 +193,23 @@ impl Modify for Configured<'_> {
             log.max_batch_size
         ));
         json_array(records).max_items = Some(log.max_batch_size);
+
+        let wait = format!(
+            " A longer wait is cut to {} (`server.max_wait_ms`).",
+            config.server.max_wait_ms
+        );
+        for id in ["readRecords", "pollGroup"] {
+            for parameter in operation(openapi, id).parameters.iter_mut().flatten() {
+                if let RefOr::T(parameter) = parameter
+                    && parameter.name == "waitMs"
+                {
+                    parameter
+                        .description
+                        .get_or_insert_default()
+                        .push_str(&wait);
+                }
+            }
+        }
 
         let too_large = format!(
             "`payload_too_large`: the body is over {} bytes (`server.max_body_bytes`)",

@@ -11,9 +11,6 @@ use serde::{Deserialize, Deserializer};
 
 use super::ApiError;
 
-/// Longest `waitMs`; longer waits are capped to it.
-pub const MAX_WAIT_MS: u64 = 30_000;
-
 /// Reads a JSON body of at most `limit` bytes. A body that is a struct must be a JSON object
 /// (see [`Object`]; elements of an array body are wrapped in it).
 pub async fn json_body<T: DeserializeOwned>(
@@ -176,15 +173,13 @@ impl Query {
         }
     }
 
-    /// `waitMs`: how long to wait for records (capped at 30 s; negative is invalid).
-    pub fn wait(&self) -> Result<Duration, ApiError> {
+    /// `waitMs`: how long to wait for records, cut to `longest` (negative is invalid).
+    pub fn wait(&self, longest: Duration) -> Result<Duration, ApiError> {
         match self.integer("waitMs")? {
             Some(wait) if wait < 0 => Err(ApiError::invalid_request(format!(
                 "waitMs {wait} is negative"
             ))),
-            wait => Ok(Duration::from_millis(
-                wait.map_or(0, |wait| (wait as u64).min(MAX_WAIT_MS)),
-            )),
+            wait => Ok(Duration::from_millis(wait.map_or(0, |wait| wait as u64)).min(longest)),
         }
     }
 }
@@ -193,4 +188,23 @@ impl Query {
 pub fn offset(value: i64, what: &str) -> Result<u64, ApiError> {
     u64::try_from(value)
         .map_err(|_| ApiError::new("invalid_offset", format!("{what} {value} is negative")))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::Query;
+
+    /// `waitMs` is cut to the server's longest wait; without it there is no wait, and a negative
+    /// one is refused.
+    #[test]
+    fn wait_is_cut_to_the_longest() {
+        let longest = Duration::from_millis(100);
+        let wait = |query: &str| Query::parse(query).unwrap().wait(longest);
+        assert_eq!(wait("waitMs=30000").unwrap(), longest);
+        assert_eq!(wait("waitMs=50").unwrap(), Duration::from_millis(50));
+        assert_eq!(wait("").unwrap(), Duration::ZERO);
+        assert_eq!(wait("waitMs=-1").unwrap_err().code(), "invalid_request");
+    }
 }

@@ -129,8 +129,8 @@ pub struct ReadQuery {
     /// The most records to return. Defaults to `maxBatchSize`; larger values are capped to it.
     #[param(minimum = 1)]
     limit: Option<u64>,
-    /// How long to wait, in ms, for a first record when there is none at `from`. Values above
-    /// 30000 are capped at 30000. Defaults to 0.
+    // The document adds this server's `server.max_wait_ms`, which cuts longer waits.
+    /// How long to wait, in ms, for a first record when there is none at `from`. Defaults to 0.
     #[param(rename = "waitMs", minimum = 0)]
     wait_ms: Option<u64>,
 }
@@ -143,8 +143,8 @@ pub struct PollQuery {
     /// to it.
     #[param(minimum = 1)]
     limit: Option<u64>,
-    /// How long to wait, in ms, for any partition to have records. Values above 30000 are
-    /// capped at 30000. Defaults to 0.
+    // The document adds this server's `server.max_wait_ms`, which cuts longer waits.
+    /// How long to wait, in ms, for any partition to have records. Defaults to 0.
     #[param(rename = "waitMs", minimum = 0)]
     wait_ms: Option<u64>,
 }

@@ -108,6 +108,11 @@ fn bad_values_are_refused_by_name() {
         ("DURABILITY__SERVER__BIND", "not an address", "server.bind"),
         ("DURABILITY__LEASES__LEASE_MS", "0", "leases.lease_ms"),
         (
+            "DURABILITY__SERVER__MAX_WAIT_MS",
+            "30001",
+            "server.max_wait_ms",
+        ),
+        (
             "DURABILITY__LEASES__DEAD_LETTER_TOPIC",
             "../x",
             "leases.dead_letter_topic",

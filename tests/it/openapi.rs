@@ -849,7 +849,8 @@ async fn no_security_without_a_token() {
 }
 
 /// The document states the rules the server enforces on requests, with this server's limits:
-/// `minItems` on both produce bodies and `maxItems` (`log.max_batch_size`) on a partition's,
+/// `minItems` on both produce bodies and `maxItems` (`log.max_batch_size`) on a partition's, the
+/// longest long-poll wait (`server.max_wait_ms`),
 /// the dedup key's `minLength`/`maxLength`, `minimum: 0` on every offset, `before` and
 /// `delayMs`, the commit's partition-number keys, and a nack body that may be left out but is
 /// never `null`. Requests at each edge are then answered as the document says.
@@ -859,6 +860,7 @@ async fn document_states_the_request_rules() {
         config.log.max_batch_size = 3;
         config.log.max_record_bytes = 512;
         config.server.max_body_bytes = 4096;
+        config.server.max_wait_ms = 250;
     });
     let app =
         test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
@@ -925,6 +927,23 @@ async fn document_states_the_request_rules() {
         if ["from", "waitMs"].contains(&parameter["name"].as_str().expect("a name")) {
             assert_eq!(parameter["schema"]["minimum"], 0, "{parameter}");
         }
+    }
+
+    // Long polls: the longest wait.
+    for (method, path) in [
+        ("get", "/topics/{topic}/partitions/{partition}/records"),
+        ("get", "/topics/{topic}/groups/{group}/poll"),
+    ] {
+        let parameters = operation(document, method, path)["parameters"].clone();
+        let wait = parameters
+            .as_array()
+            .expect("parameters")
+            .iter()
+            .find(|parameter| parameter["name"] == "waitMs")
+            .expect("a waitMs parameter")
+            .clone();
+        let description = wait["description"].as_str().expect("a description");
+        assert!(description.contains("cut to 250"), "{description}");
     }
 
     // The nack body: optional, and an object when sent.
