@@ -9,7 +9,7 @@ use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, Type};
 
-use super::request::{Query, json_body, offset, partition};
+use super::request::{Integer, Query, json_body, offset, partition};
 use super::schema;
 use super::{ApiError, HttpState};
 use crate::store::{Page, Record};
@@ -162,7 +162,7 @@ pub async fn poll(
 struct CommitBody {
     /// Partition number → the next offset to read.
     #[schema(schema_with = commit_offsets)]
-    offsets: BTreeMap<String, i64>,
+    offsets: BTreeMap<String, Integer>,
 }
 
 /// The schema of `CommitBody::offsets`: what the derive writes for a map, plus the rules the
@@ -227,7 +227,7 @@ pub async fn commit(
             }
             .into());
         }
-        let value = offset(*value, "offset")?;
+        let value = offset(value.0, "offset")?;
         let next_offset = state.log.bounds(&topic, index).await?.next_offset;
         if value > next_offset {
             return Err(ApiError::new(
@@ -251,8 +251,8 @@ pub async fn commit(
 #[serde(deny_unknown_fields)]
 struct CursorBody {
     /// The next offset to read.
-    #[schema(minimum = 0)]
-    offset: i64,
+    #[schema(value_type = i64, minimum = 0)]
+    offset: Integer,
 }
 
 /// `PUT /topics/{topic}/partitions/{partition}/cursors/{group}` with `{"offset": 12}`.
@@ -285,7 +285,7 @@ pub async fn put_cursor(
     let body: CursorBody = json_body(body, state.body_limits()).await?;
     let cursor = state
         .log
-        .commit(&topic, index, &group, offset(body.offset, "offset")?)
+        .commit(&topic, index, &group, offset(body.offset.0, "offset")?)
         .await?;
     Ok(HttpResponse::Ok().json(json!({ "cursor": cursor })))
 }

@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::consume::records_json;
-use super::request::{Query, optional_json_body, partition};
+use super::request::{Integer, Query, optional_json_body, partition};
 use super::schema;
 use super::{ApiError, HttpState};
 use crate::store::Lease;
@@ -148,8 +148,8 @@ pub async fn ack(
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct NackBody {
     /// Redeliver no sooner than this many ms from now (default 0).
-    #[schema(minimum = 0)]
-    delay_ms: Option<i64>,
+    #[schema(value_type = Option<i64>, minimum = 0)]
+    delay_ms: Option<Integer>,
 }
 
 /// `POST .../leases/{batchId}/nack` with an optional `{"delayMs": 1000}`: `204`.
@@ -180,7 +180,7 @@ pub async fn nack(
     let (topic, index, group, batch_id) = path.into_inner();
     let index = partition(&index)?;
     let body: Option<NackBody> = optional_json_body(body, state.body_limits()).await?;
-    let delay_ms = match body.and_then(|body| body.delay_ms) {
+    let delay_ms = match body.and_then(|body| body.delay_ms).map(|delay| delay.0) {
         Some(delay) if delay < 0 => {
             return Err(ApiError::invalid_request(format!(
                 "delayMs {delay} is negative"

@@ -5,7 +5,7 @@ use serde::Deserialize;
 use serde_json::json;
 use utoipa::ToSchema;
 
-use super::request::{json_body, offset, partition};
+use super::request::{Integer, json_body, offset, partition};
 use super::schema;
 use super::{ApiError, HttpState};
 
@@ -108,8 +108,8 @@ pub async fn trim(
 #[serde(deny_unknown_fields)]
 struct ForgetBody {
     /// Forget the cold segments that end below this offset.
-    #[schema(minimum = 0)]
-    before: i64,
+    #[schema(value_type = i64, minimum = 0)]
+    before: Integer,
 }
 
 /// `POST /topics/{topic}/partitions/{partition}/cold/forget` with `{"before": n}`:
@@ -142,7 +142,7 @@ pub async fn forget_cold(
     let body: ForgetBody = json_body(body, state.body_limits()).await?;
     let forgotten = state
         .log
-        .forget_cold_before(&topic, index, offset(body.before, "before")?)
+        .forget_cold_before(&topic, index, offset(body.before.0, "before")?)
         .await?;
     Ok(HttpResponse::Ok().json(json!({ "forgotten": forgotten })))
 }

@@ -1071,3 +1071,87 @@ async fn document_states_the_request_rules() {
         assert_eq!(answered, status, "{body:?}");
     }
 }
+
+/// JSON Schema counts a number with a whole value as an `integer` however it is written, so
+/// the server takes `1.0` and `1e0` wherever the document says `integer` in a body: commit
+/// offsets, a cursor's offset, `before` and `delayMs`. `1.5` stays refused.
+#[actix::test]
+async fn whole_numbers_are_integers_in_bodies() {
+    let log = TestLog::with(|_| {});
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
+    let (_, document) = send(
+        &app,
+        request("get", "/openapi.json", None, None).to_request(),
+    )
+    .await;
+    let document = &document;
+    let (status, _) = exchange!(
+        &app,
+        document,
+        "post",
+        "/topics/{topic}/partitions/{partition}/records",
+        "/topics/t/partitions/0/records",
+        json!([{"payload": 1}, {"payload": 2}])
+    );
+    assert_eq!(status, 202);
+
+    for (body, status) in [
+        (json!({"offsets": {"0": 1.5}}), 400),
+        (json!({"offsets": {"0": 1.0}}), 200),
+    ] {
+        let (answered, _) = exchange!(
+            &app,
+            document,
+            "post",
+            "/topics/{topic}/groups/{group}/commit",
+            "/topics/t/groups/g/commit",
+            body.clone()
+        );
+        assert_eq!(answered, status, "{body}");
+    }
+    let (status, cursor) = exchange!(
+        &app,
+        document,
+        "put",
+        "/topics/{topic}/partitions/{partition}/cursors/{group}",
+        "/topics/t/partitions/0/cursors/g",
+        json!({"offset": 2.0})
+    );
+    assert_eq!((status, &cursor["cursor"]), (200, &json!(2)));
+    let forget = test::TestRequest::post()
+        .uri("/topics/t/partitions/0/cold/forget")
+        .insert_header(ContentType::json())
+        .set_payload(r#"{"before": 1e0}"#)
+        .to_request();
+    let (status, answer) = send(&app, forget).await;
+    assert_documented(
+        document,
+        "post",
+        "/topics/{topic}/partitions/{partition}/cold/forget",
+        status,
+        &answer,
+    );
+    assert_eq!(status, 200, "{answer}");
+
+    let (status, lease) = exchange!(
+        &app,
+        document,
+        "post",
+        "/topics/{topic}/partitions/{partition}/groups/{group}/leases",
+        "/topics/t/partitions/0/groups/w/leases?limit=1"
+    );
+    assert_eq!(status, 200);
+    let (status, _) = exchange!(
+        &app,
+        document,
+        "post",
+        "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/nack",
+        format!(
+            "/topics/t/partitions/0/groups/w/leases/{}/nack",
+            lease["batchId"].as_str().expect("a batchId")
+        ),
+        json!({"delayMs": 0.0})
+    );
+    assert_eq!(status, 204);
+}
