@@ -5,7 +5,8 @@
 //! Each server serves the document of its own configuration ([`document`]): the bearer
 //! requirement and its `401` answers appear only when `server.auth_token` is set, and the limits
 //! a request meets are this server's (`log.max_batch_size`, `log.max_record_bytes`,
-//! `server.max_body_bytes`, `server.max_wait_ms`). Write the document without a server from a [`Config`]:
+//! `server.max_body_bytes`, `server.max_wait_ms`). Write the document without a server from a
+//! [`Config`]:
 //!
 //! ```
 //! use durability::Config;
