@@ -78,7 +78,7 @@ impl std::fmt::Debug for Metrics {
 }
 
 /// Request-duration buckets past Prometheus' defaults (5 ms to 10 s), up beyond the longest
-/// long-poll ([`MAX_WAIT_MS`], 30 s), so that a long-poll lands in a bucket of its own.
+/// long-poll ([`MAX_WAIT_MS`](crate::config::MAX_WAIT_MS), 30 s), so that a long-poll lands in a bucket of its own.
 const LONG_BUCKETS: [f64; 3] = [20.0, 40.0, 60.0];
 
 impl Metrics {
@@ -455,7 +455,7 @@ mod tests {
     use std::time::Duration;
 
     use super::{GroupPosition, LONG_BUCKETS, Metrics, PartitionCounters};
-    use crate::http::request::MAX_WAIT_MS;
+    use crate::config::MAX_WAIT_MS;
     use crate::names::PartitionId;
     use crate::store::ColdFlushCounters;
 
