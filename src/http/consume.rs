@@ -12,7 +12,7 @@ use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, 
 use super::request::{Integer, Query, json_body, offset, partition};
 use super::schema;
 use super::{ApiError, HttpState};
-use crate::store::{Page, Record};
+use crate::log::{Page, Record};
 
 /// A record as the API shows it: the payload is the stored JSON value itself.
 #[derive(Serialize, ToSchema)]
@@ -213,37 +213,18 @@ pub async fn commit(
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let (topic, group) = path.into_inner();
-    let partitions = state.log.partitions(&topic)?;
-    crate::names::validate_group(&group).map_err(|err| ApiError::invalid_name(err.to_string()))?;
     let body: CommitBody = json_body(body, state.body_limits()).await?;
-    let mut commits = Vec::with_capacity(body.offsets.len());
+    let mut offsets = BTreeMap::new();
     for (index, value) in &body.offsets {
-        let index = partition(index)?;
-        if index >= partitions {
-            return Err(crate::Error::UnknownPartition {
-                topic: topic.clone(),
-                partition: index,
-                partitions,
-            }
-            .into());
-        }
-        let value = offset(value.0, "offset")?;
-        let next_offset = state.log.bounds(&topic, index).await?.next_offset;
-        if value > next_offset {
-            return Err(ApiError::new(
-                "invalid_offset",
-                format!("offset {value} is beyond partition {index}'s next offset {next_offset}"),
-            ));
-        }
-        commits.push((index, value));
+        offsets.insert(partition(index)?, offset(value.0, "offset")?);
     }
-    let mut cursors = BTreeMap::new();
-    for (index, value) in commits {
-        cursors.insert(
-            index.to_string(),
-            state.log.commit(&topic, index, &group, value).await?,
-        );
-    }
+    let cursors: BTreeMap<String, u64> = state
+        .log
+        .commit_many(&topic, &group, &offsets)
+        .await?
+        .into_iter()
+        .map(|(index, cursor)| (index.to_string(), cursor))
+        .collect();
     Ok(HttpResponse::Ok().json(json!({ "cursors": cursors })))
 }
 

@@ -6,7 +6,7 @@ use actix_web::{HttpResponse, ResponseError};
 use serde_json::{Map, Value, json};
 
 use crate::error::Error;
-use crate::store::{AppendRejection, StoreError};
+use crate::log::{AppendRejection, StoreError};
 
 /// Seconds a client is told to wait (`Retry-After`) before retrying an `overloaded` request.
 const OVERLOADED_RETRY_AFTER_SECS: u32 = 1;
@@ -132,6 +132,7 @@ mod tests {
 
     use super::ApiError;
     use crate::error::Error;
+    use crate::log::StoreError;
 
     /// `overloaded` is a 503 that tells the client when to retry; `unavailable` is not.
     #[test]
@@ -153,7 +154,7 @@ mod tests {
     /// Damaged files are a 500 that no retry cures, not a 503.
     #[test]
     fn corrupted_is_500_without_retry_after() {
-        let corrupted = ApiError::from(Error::Store(crate::store::StoreError::Corrupted {
+        let corrupted = ApiError::from(Error::Store(StoreError::Corrupted {
             reason: "the volume v.sqlite is damaged: database disk image is malformed".into(),
         }));
         let response = corrupted.error_response();

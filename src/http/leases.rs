@@ -10,7 +10,7 @@ use super::consume::records_json;
 use super::request::{Integer, Query, optional_json_body, partition};
 use super::schema;
 use super::{ApiError, HttpState};
-use crate::store::Lease;
+use crate::log::Lease;
 
 /// A lease as the API shows it (typed, so payloads are written verbatim; see `PageJson`).
 #[derive(serde::Serialize)]
@@ -104,13 +104,10 @@ pub async fn claim_any(
 ) -> Result<HttpResponse, ApiError> {
     let (topic, group) = path.into_inner();
     let limit = Query::parse(request.query_string())?.limit()?;
-    let partitions = state.log.partitions(&topic)?;
-    for index in 0..partitions {
-        if let Some(lease) = state.log.lease(&topic, index, &group, limit).await? {
-            return Ok(HttpResponse::Ok().json(lease_json(lease, Some(index))));
-        }
+    match state.log.lease_any(&topic, &group, limit).await? {
+        Some((index, lease)) => Ok(HttpResponse::Ok().json(lease_json(lease, Some(index)))),
+        None => Ok(HttpResponse::NoContent().finish()),
     }
-    Ok(HttpResponse::NoContent().finish())
 }
 
 /// `POST .../leases/{batchId}/ack`: `{"cursor": n}` (or `null` while the group has none).

@@ -190,25 +190,21 @@ pub async fn topic(
     state: web::Data<HttpState>,
     topic: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let partitions = state.log.partitions(&topic)?;
-    let mut details = Vec::with_capacity(partitions as usize);
-    for index in 0..partitions {
-        let bounds = state.log.bounds(&topic, index).await?;
-        let cursors = state.log.cursors(&topic, index).await?;
-        let pending = state
-            .log
-            .load(&topic, index)
-            .await?
-            .outbound
-            .pending_deliveries;
-        details.push(json!({
-            "partition": index,
-            "oldestOffset": bounds.oldest_offset,
-            "hotOffset": bounds.hot_offset,
-            "nextOffset": bounds.next_offset,
-            "cursors": cursors,
-            "pendingDeliveries": pending,
-        }));
-    }
+    let details: Vec<_> = state
+        .log
+        .describe_topic(&topic)
+        .await?
+        .into_iter()
+        .map(|detail| {
+            json!({
+                "partition": detail.partition,
+                "oldestOffset": detail.bounds.oldest_offset,
+                "hotOffset": detail.bounds.hot_offset,
+                "nextOffset": detail.bounds.next_offset,
+                "cursors": detail.cursors,
+                "pendingDeliveries": detail.pending_deliveries,
+            })
+        })
+        .collect();
     Ok(HttpResponse::Ok().json(json!({ "name": topic.as_str(), "partitions": details })))
 }

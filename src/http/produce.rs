@@ -9,8 +9,8 @@ use utoipa::ToSchema;
 use super::request::{Object, json_body, partition};
 use super::schema;
 use super::{ApiError, HttpState};
+use crate::log::{AppendOutcome, NewRecord};
 use crate::log::{Event, EventsOutcome};
-use crate::store::{AppendOutcome, NewRecord};
 
 /// One event of `POST /topics/{topic}/records`.
 #[derive(Deserialize, ToSchema)]

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::Log;
 use super::long_poll::until_records;
 use crate::error::Error;
+use crate::names::validate_group;
 use crate::partition;
 use crate::store::{Page, check_offset, page_limit};
 
@@ -204,6 +205,9 @@ impl Log {
         group: &str,
         offsets: &BTreeMap<u32, u64>,
     ) -> Result<BTreeMap<u32, u64>, Error> {
+        // Names are checked even when no partition is named.
+        self.partitions(topic)?;
+        validate_group(group)?;
         for (&partition, &offset) in offsets {
             self.group_partition(topic, partition, group)?;
             check_offset(offset, self.bounds(topic, partition).await?.next_offset)?;

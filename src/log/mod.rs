@@ -17,7 +17,12 @@ mod long_poll;
 mod operations;
 mod produce;
 
-pub use crate::store::{GroupPosition, LeaseState};
+/// The store's types that callers of `Log` see (its answers and errors), so they need not
+/// reach into [`store`](crate::store).
+pub use crate::store::{
+    AppendOutcome, AppendRejection, Bounds, ColdFlushCounters, GroupPosition, Lease, LeaseRow,
+    LeaseState, NewRecord, Page, Record, StoreError,
+};
 pub use builder::LogBuilder;
 pub use operations::{PartitionDetail, TopicInfo};
 pub use produce::{Event, EventsOutcome};
@@ -35,7 +40,6 @@ use crate::registry::{
     Addresses, Locate, OpenStores, PartitionCounters, PartitionRegistry, RunningPartitions,
     Shutdown, Signals, Volumes,
 };
-use crate::store::ColdFlushCounters;
 use long_poll::WaitsReleased;
 
 /// The embeddable log. Cheap to clone; every clone talks to the same partitions.

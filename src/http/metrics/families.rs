@@ -38,10 +38,10 @@ use prometheus::{
     TextEncoder,
 };
 
+use crate::log::ColdFlushCounters;
 use crate::log::{GroupPosition, LeaseState, Log};
 use crate::names::PartitionId;
 use crate::registry::PartitionCounters;
-use crate::store::ColdFlushCounters;
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
 /// `Metrics` can be shared by all the workers of an `HttpServer`.
@@ -456,8 +456,8 @@ mod tests {
 
     use super::{GroupPosition, LONG_BUCKETS, Metrics, PartitionCounters};
     use crate::config::MAX_WAIT_MS;
+    use crate::log::ColdFlushCounters;
     use crate::names::PartitionId;
-    use crate::store::ColdFlushCounters;
 
     /// Every metric of the contract renders under its name once it has a value, with the
     /// labels it was given; cold flushes render (at zero) before any flush.
