@@ -5,6 +5,10 @@
 pub const MAX_TOPIC_LEN: usize = 128;
 /// Longest consumer group name, in characters.
 pub const MAX_GROUP_LEN: usize = 256;
+/// [`validate_topic`]'s character rules as a regular expression, for API documents.
+pub const TOPIC_PATTERN: &str = r"^[A-Za-z0-9_-][A-Za-z0-9._-]*$";
+/// [`validate_group`]'s character rules as a regular expression, for API documents.
+pub const GROUP_PATTERN: &str = r"^[A-Za-z0-9._:-]+$";
 
 /// A topic or group name that breaks the naming rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -4,15 +4,15 @@ use std::collections::BTreeMap;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, Type};
 
+use super::error::ErrorBody;
+use super::params;
 use super::request::{Integer, Query, json_body, offset, partition};
-use super::schema;
 use super::{ApiError, HttpState};
-use crate::log::{Page, Record};
+use crate::log;
 
 /// A record as the API shows it: the payload is the stored JSON value itself.
 #[derive(Serialize, ToSchema)]
@@ -31,8 +31,8 @@ pub struct RecordJson {
     appended_at: i64,
 }
 
-impl From<Record> for RecordJson {
-    fn from(record: Record) -> Self {
+impl From<log::Record> for RecordJson {
+    fn from(record: log::Record) -> Self {
         // Records appended through the library may hold text that is not JSON: show it as a
         // JSON string rather than fail the page.
         let payload = RawValue::from_string(record.payload).unwrap_or_else(|err| {
@@ -49,35 +49,74 @@ impl From<Record> for RecordJson {
 }
 
 /// Records as the API shows them.
-pub fn records_json(records: Vec<Record>) -> Vec<RecordJson> {
+pub fn records_json(records: Vec<log::Record>) -> Vec<RecordJson> {
     records.into_iter().map(RecordJson::from).collect()
 }
 
-/// A page as the API shows it. Responses holding records are typed structs, never a
-/// `serde_json::Value`: payloads are written verbatim, so any JSON text the server accepted
-/// (even one a `Value` cannot hold, such as a lone surrogate escape) reads back.
-#[derive(Serialize)]
+// Responses holding records are typed structs, never a `serde_json::Value`: payloads are
+// written verbatim, so any JSON text the server accepted (even one a `Value` cannot hold, such
+// as a lone surrogate escape) reads back.
+
+/// `200` of `GET /topics/{topic}/partitions/{partition}/records`: a page of records.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct PageJson {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    partition: Option<usize>,
+struct Page {
+    /// The records, in offset order.
     records: Vec<RecordJson>,
+    /// Where to read next: one past the last record, or the starting position when the page is
+    /// empty.
     next_offset: u64,
+    /// The log's `nextOffset` minus this page's `nextOffset`.
     lag: u64,
 }
 
-fn page_json(page: Page, partition: Option<usize>) -> PageJson {
-    PageJson {
-        partition,
-        records: records_json(page.records),
-        next_offset: page.next_offset,
-        lag: page.lag,
+impl From<log::Page> for Page {
+    fn from(page: log::Page) -> Self {
+        Self {
+            records: records_json(page.records),
+            next_offset: page.next_offset,
+            lag: page.lag,
+        }
     }
 }
 
-#[derive(Serialize)]
-struct PollJson {
-    partitions: Vec<PageJson>,
+/// One partition's page in a group poll.
+#[derive(Serialize, ToSchema)]
+struct PartitionPage {
+    /// The partition.
+    partition: u32,
+    /// Its page, read from the group's cursor.
+    #[serde(flatten)]
+    page: Page,
+}
+
+/// `200` of `GET /topics/{topic}/groups/{group}/poll`.
+#[derive(Serialize, ToSchema)]
+struct GroupPoll {
+    /// One page per partition, in partition order.
+    partitions: Vec<PartitionPage>,
+}
+
+/// `200` of `POST /topics/{topic}/groups/{group}/commit`.
+#[derive(Serialize, ToSchema)]
+struct CommittedCursors {
+    /// The cursor in effect for each partition of the request, by partition number.
+    #[schema(value_type = BTreeMap<String, u64>)]
+    cursors: BTreeMap<u32, u64>,
+}
+
+/// `200` of `PUT /topics/{topic}/partitions/{partition}/cursors/{group}`.
+#[derive(Serialize, ToSchema)]
+struct Cursor {
+    /// The cursor in effect: the next offset the group will read.
+    cursor: u64,
+}
+
+/// `200` of `GET /topics/{topic}/partitions/{partition}/cursors`.
+#[derive(Serialize, ToSchema)]
+struct GroupCursors {
+    /// Every consumer group's cursor on the partition, by group name.
+    cursors: BTreeMap<String, u64>,
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/records?from=&limit=&waitMs=`.
@@ -89,14 +128,14 @@ struct PollJson {
     summary = "Read a page of records",
     description = "Reads from `from` (cold storage included), waiting up to `waitMs` for a first \
         record when there is none yet. A partition never written answers an empty page.",
-    params(schema::PartitionPath, schema::ReadQuery),
+    params(params::PartitionPath, params::ReadQuery),
     responses(
-        (status = 200, description = "The page", body = schema::Page),
-        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset` (negative, or beyond `nextOffset`)", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "The page", body = Page),
+        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset` (negative, or beyond `nextOffset`)", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn read(
@@ -114,7 +153,7 @@ pub async fn read(
         .await?;
     let read = page.records.len() as u64;
     state.metrics.records_read(&topic, read);
-    Ok(HttpResponse::Ok().json(page_json(page, None)))
+    Ok(HttpResponse::Ok().json(Page::from(page)))
 }
 
 /// `GET /topics/{topic}/groups/{group}/poll?limit=&waitMs=`.
@@ -127,13 +166,13 @@ pub async fn read(
     description = "Reads every partition of the topic from the group's committed cursor (or the \
         oldest readable offset when it has none), without committing. With `waitMs`, answers as \
         soon as any partition has records, or when the wait ends.",
-    params(schema::GroupPath, schema::PollQuery),
+    params(params::GroupPath, params::PollQuery),
     responses(
-        (status = 200, description = "One page per partition, in partition order", body = schema::GroupPoll),
-        (status = 400, description = "`invalid_request` or `invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "One page per partition, in partition order", body = GroupPoll),
+        (status = 400, description = "`invalid_request` or `invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn poll(
@@ -149,12 +188,14 @@ pub async fn poll(
         .await?;
     let read = pages.iter().map(|page| page.records.len() as u64).sum();
     state.metrics.records_read(&topic, read);
-    let partitions: Vec<_> = pages
-        .into_iter()
-        .enumerate()
-        .map(|(partition, page)| page_json(page, Some(partition)))
+    let partitions = (0..)
+        .zip(pages)
+        .map(|(partition, page)| PartitionPage {
+            partition,
+            page: page.into(),
+        })
         .collect();
-    Ok(HttpResponse::Ok().json(PollJson { partitions }))
+    Ok(HttpResponse::Ok().json(GroupPoll { partitions }))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -196,15 +237,15 @@ fn commit_offsets() -> Object {
     summary = "Commit the group's cursors on several partitions",
     description = "Commits only move forward: a lower or equal offset changes nothing. Every \
         partition and offset is checked before any is committed.",
-    params(schema::GroupPath),
+    params(params::GroupPath),
     request_body = CommitBody,
     responses(
-        (status = 200, description = "The cursor in effect for each named partition", body = schema::CommittedCursors),
-        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the commit may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "The cursor in effect for each named partition", body = CommittedCursors),
+        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the commit may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn commit(
@@ -218,14 +259,8 @@ pub async fn commit(
     for (index, value) in &body.offsets {
         offsets.insert(partition(index)?, offset(value.0, "offset")?);
     }
-    let cursors: BTreeMap<String, u64> = state
-        .log
-        .commit_many(&topic, &group, &offsets)
-        .await?
-        .into_iter()
-        .map(|(index, cursor)| (index.to_string(), cursor))
-        .collect();
-    Ok(HttpResponse::Ok().json(json!({ "cursors": cursors })))
+    let cursors = state.log.commit_many(&topic, &group, &offsets).await?;
+    Ok(HttpResponse::Ok().json(CommittedCursors { cursors }))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -244,15 +279,15 @@ struct CursorBody {
     operation_id = "putCursor",
     summary = "Commit the group's cursor on one partition",
     description = "Commits only move forward: a lower or equal offset changes nothing.",
-    params(schema::PartitionGroupPath),
+    params(params::PartitionGroupPath),
     request_body = CursorBody,
     responses(
-        (status = 200, description = "The cursor in effect", body = schema::Cursor),
-        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the commit may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "The cursor in effect", body = Cursor),
+        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the commit may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn put_cursor(
@@ -268,7 +303,7 @@ pub async fn put_cursor(
         .log
         .commit(&topic, index, &group, offset(body.offset.0, "offset")?)
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "cursor": cursor })))
+    Ok(HttpResponse::Ok().json(Cursor { cursor }))
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/cursors`.
@@ -278,13 +313,13 @@ pub async fn put_cursor(
     tag = "consume",
     operation_id = "listCursors",
     summary = "Every consumer group's cursor on a partition",
-    params(schema::PartitionPath),
+    params(params::PartitionPath),
     responses(
-        (status = 200, description = "The cursors, by group", body = schema::GroupCursors),
-        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "The cursors, by group", body = GroupCursors),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn cursors(
@@ -293,7 +328,7 @@ pub async fn cursors(
 ) -> Result<HttpResponse, ApiError> {
     let (topic, index) = path.into_inner();
     let cursors = state.log.cursors(&topic, partition(&index)?).await?;
-    Ok(HttpResponse::Ok().json(json!({ "cursors": cursors })))
+    Ok(HttpResponse::Ok().json(GroupCursors { cursors }))
 }
 
 /// `DELETE /topics/{topic}/partitions/{partition}/cursors/{group}`: `204`, also when there
@@ -306,13 +341,13 @@ pub async fn cursors(
     summary = "Remove a consumer group's cursor",
     description = "Removes the group's cursor and its leases on the partition, so that it no \
         longer holds back `load` and a later commit may start lower.",
-    params(schema::PartitionGroupPath),
+    params(params::PartitionGroupPath),
     responses(
         (status = 204, description = "Removed, or there was no such cursor"),
-        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn delete_cursor(

@@ -3,7 +3,8 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use utoipa::ToSchema;
 
 use crate::error::Error;
 use crate::log::{AppendRejection, StoreError};
@@ -11,22 +12,68 @@ use crate::log::{AppendRejection, StoreError};
 /// Seconds a client is told to wait (`Retry-After`) before retrying an `overloaded` request.
 const OVERLOADED_RETRY_AFTER_SECS: u32 = 1;
 
-/// An error answered over HTTP.
+/// An error answered over HTTP: the body it answers, whose code decides the status.
 #[derive(Debug)]
-pub struct ApiError {
+pub struct ApiError(ErrorBody);
+
+/// Every error: `{"error": {"code", "message", ...details}}`. A 4xx is definite: nothing
+/// changed; so is `503 overloaded`. Otherwise a 5xx is uncertain: the write may or may not have
+/// happened.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    error: ErrorDetail,
+}
+
+/// The `error` object of an `ErrorBody`.
+#[derive(Debug, Default, Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ErrorDetail {
+    /// A stable snake_case code. `400`: `invalid_request`, `invalid_name`,
+    /// `batch_too_large`, `record_too_large`, `invalid_offset`. `401`: `unauthorized`. `404`:
+    /// `unknown_partition`, `not_found`. `405`: `method_not_allowed` (with `Allow`). `409`:
+    /// `lease_not_held`, `leases_disabled`. `410`: `log_truncated`. `413`: `payload_too_large`.
+    /// `500`: `corrupted` (the partition's files are damaged: it refuses writes; retrying does
+    /// not help). `503`: `overloaded` (definite: nothing changed, retry after `Retry-After`),
+    /// `unavailable`.
+    #[schema(value_type = String, example = "invalid_request")]
     code: &'static str,
+    /// Human-readable text.
     message: String,
-    details: Map<String, Value>,
+    /// `log_truncated`: the first offset that was lost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    requested_offset: Option<u64>,
+    /// `log_truncated`: the oldest readable offset, where reading can continue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    oldest_offset: Option<u64>,
+    /// `lease_not_held`: the batch id that is not held.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    batch_id: Option<String>,
+    /// `invalid_offset` (sometimes): the partition's next offset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    next_offset: Option<u64>,
+    /// `unknown_partition` (sometimes): the topic's partition count.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    partitions: Option<u32>,
 }
 
 impl ApiError {
     /// An error with a code of the contract and a human message.
     pub fn new(code: &'static str, message: impl Into<String>) -> Self {
-        Self {
+        Self::from_detail(ErrorDetail {
             code,
             message: message.into(),
-            details: Map::new(),
-        }
+            ..ErrorDetail::default()
+        })
+    }
+
+    fn from_detail(error: ErrorDetail) -> Self {
+        Self(ErrorBody { error })
     }
 
     /// `400 invalid_request`.
@@ -39,26 +86,21 @@ impl ApiError {
         Self::new("invalid_name", message)
     }
 
-    fn with(mut self, key: &str, value: Value) -> Self {
-        self.details.insert(key.to_owned(), value);
-        self
-    }
-
     /// The stable error code.
     pub fn code(&self) -> &'static str {
-        self.code
+        self.0.error.code
     }
 }
 
 impl std::fmt::Display for ApiError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}: {}", self.code, self.message)
+        write!(f, "{}: {}", self.0.error.code, self.0.error.message)
     }
 }
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        match self.code {
+        match self.code() {
             "invalid_request" | "invalid_name" | "batch_too_large" | "record_too_large"
             | "invalid_offset" => StatusCode::BAD_REQUEST,
             "unauthorized" => StatusCode::UNAUTHORIZED,
@@ -73,12 +115,8 @@ impl ResponseError for ApiError {
     }
 
     fn error_response(&self) -> HttpResponse {
-        let mut error = Map::new();
-        error.insert("code".into(), json!(self.code));
-        error.insert("message".into(), json!(self.message));
-        error.extend(self.details.clone());
         let mut response = HttpResponse::build(self.status_code());
-        match self.code {
+        match self.code() {
             "overloaded" => {
                 response.insert_header((
                     actix_web::http::header::RETRY_AFTER,
@@ -91,31 +129,33 @@ impl ResponseError for ApiError {
             }
             _ => {}
         }
-        response.json(json!({ "error": error }))
+        response.json(&self.0)
     }
 }
 
 impl From<Error> for ApiError {
     fn from(err: Error) -> Self {
-        let base = Self::new(err.code(), crate::error::with_causes(&err));
-        match &err {
+        let mut detail = ErrorDetail {
+            code: err.code(),
+            message: crate::error::with_causes(&err),
+            ..ErrorDetail::default()
+        };
+        match err {
             Error::Store(StoreError::Truncated {
                 requested_offset,
                 oldest_offset,
-            }) => base
-                .with("requestedOffset", json!(requested_offset))
-                .with("oldestOffset", json!(oldest_offset)),
-            Error::Store(StoreError::LeaseNotHeld { batch_id }) => {
-                base.with("batchId", json!(batch_id))
+            }) => {
+                detail.requested_offset = Some(requested_offset);
+                detail.oldest_offset = Some(oldest_offset);
             }
+            Error::Store(StoreError::LeaseNotHeld { batch_id }) => detail.batch_id = Some(batch_id),
             Error::Store(StoreError::InvalidOffset { next_offset, .. }) => {
-                base.with("nextOffset", json!(next_offset))
+                detail.next_offset = Some(next_offset);
             }
-            Error::UnknownPartition { partitions, .. } => {
-                base.with("partitions", json!(partitions))
-            }
-            _ => base,
+            Error::UnknownPartition { partitions, .. } => detail.partitions = Some(partitions),
+            _ => {}
         }
+        Self::from_detail(detail)
     }
 }
 

@@ -2,42 +2,130 @@
 //! list.
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
+use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
-use super::consume::records_json;
+use super::consume::{RecordJson, records_json};
+use super::error::ErrorBody;
+use super::params;
 use super::request::{Integer, Query, optional_json_body, partition};
-use super::schema;
 use super::{ApiError, HttpState};
-use crate::log::Lease;
+use crate::log::{self, LeaseState};
 
-/// A lease as the API shows it (typed, so payloads are written verbatim; see `PageJson`).
-#[derive(serde::Serialize)]
+/// `200` of a partition's lease claim: a range held by the caller until `expiresAt`.
+#[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
-struct LeaseJson {
+struct Lease {
+    /// Identifies this delivery: ack, nack or extend with it.
     batch_id: String,
+    /// The consumer group.
     group: String,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    partition: Option<u32>,
+    /// The range's first offset.
     first_offset: u64,
+    /// The range's last offset (inclusive).
     last_offset: u64,
+    /// Deliveries of this range so far, this one included.
     attempt: u32,
+    /// When the hold ends, in ms since the Unix epoch.
     expires_at: i64,
-    records: Vec<super::consume::RecordJson>,
+    /// The range's records, in offset order.
+    records: Vec<RecordJson>,
 }
 
-fn lease_json(lease: Lease, partition: Option<u32>) -> LeaseJson {
-    LeaseJson {
-        batch_id: lease.batch_id,
-        group: lease.group,
-        partition,
-        first_offset: lease.first_offset,
-        last_offset: lease.last_offset,
-        attempt: lease.attempt,
-        expires_at: lease.expires_at,
-        records: records_json(lease.records),
+impl From<log::Lease> for Lease {
+    fn from(lease: log::Lease) -> Self {
+        Self {
+            batch_id: lease.batch_id,
+            group: lease.group,
+            first_offset: lease.first_offset,
+            last_offset: lease.last_offset,
+            attempt: lease.attempt,
+            expires_at: lease.expires_at,
+            records: records_json(lease.records),
+        }
     }
+}
+
+/// `200` of a topic-wide lease claim: a `Lease` plus its partition.
+#[derive(Serialize, ToSchema)]
+struct PartitionLease {
+    /// The lease.
+    #[serde(flatten)]
+    lease: Lease,
+    /// The partition the range belongs to.
+    partition: u32,
+}
+
+/// `200` of an ack.
+#[derive(Serialize, ToSchema)]
+struct AckedCursor {
+    /// The group's cursor after the ack, or `null` if it has none yet.
+    #[schema(required = true)]
+    cursor: Option<u64>,
+}
+
+/// `200` of an extend.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct Extended {
+    /// When the renewed hold ends, in ms since the Unix epoch.
+    expires_at: i64,
+}
+
+/// One range in a group's lease list.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct LeaseRow {
+    /// The current delivery's batch id.
+    batch_id: String,
+    /// The range's first offset.
+    first_offset: u64,
+    /// The range's last offset (inclusive).
+    last_offset: u64,
+    /// Where it stands.
+    #[schema(schema_with = lease_state)]
+    state: &'static str,
+    /// Deliveries so far.
+    attempt: u32,
+    /// For an active range, when the hold ends. For a pending range, when it may be
+    /// redelivered. In ms since the Unix epoch.
+    expires_at: i64,
+}
+
+impl From<log::LeaseRow> for LeaseRow {
+    fn from(row: log::LeaseRow) -> Self {
+        Self {
+            batch_id: row.batch_id,
+            first_offset: row.first_offset,
+            last_offset: row.last_offset,
+            state: row.state.as_str(),
+            attempt: row.attempt,
+            expires_at: row.expires_at,
+        }
+    }
+}
+
+/// The schema of `LeaseRow::state`: the names of [`LeaseState::ALL`].
+fn lease_state() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(
+            "Where the range stands. `active`: held by a worker until it settles the range or \
+             the hold expires. `pending`: nacked, waiting to be redelivered after its delay. \
+             `acked`: processed; the cursor moves past it once it is contiguous with the \
+             cursor. `skipped`: given up (dead-lettered, or its records were lost); the cursor \
+             moves past it like an acked range.",
+        ))
+        .enum_values(Some(LeaseState::ALL.map(LeaseState::as_str)))
+        .build()
+}
+
+/// `200` of `GET /topics/{topic}/partitions/{partition}/groups/{group}/leases`.
+#[derive(Serialize, ToSchema)]
+struct Leases {
+    /// The group's ranges on the partition that the cursor has not moved past.
+    leases: Vec<LeaseRow>,
 }
 
 /// `POST /topics/{topic}/partitions/{partition}/groups/{group}/leases?limit=`: `200` with the
@@ -50,16 +138,16 @@ fn lease_json(lease: Lease, partition: Option<u32>) -> LeaseJson {
     summary = "Lease the group's next range of a partition",
     description = "Claims a range durably before returning it. A group's first lease starts \
         at its cursor, or at the oldest readable offset when it has none.",
-    params(schema::PartitionGroupPath, schema::LimitQuery),
+    params(params::PartitionGroupPath, params::LimitQuery),
     responses(
-        (status = 200, description = "The range, held until `expiresAt`", body = schema::Lease),
+        (status = 200, description = "The range, held until `expiresAt`", body = Lease),
         (status = 204, description = "Nothing available now: the group is at `maxParallelism`, every record is leased, or a range past `maxAttempts` went to the dead-letter topic (ask again)"),
-        (status = 400, description = "`invalid_request` or `invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 409, description = "`leases_disabled`", body = schema::ErrorBody),
-        (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 400, description = "`invalid_request` or `invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 409, description = "`leases_disabled`", body = ErrorBody),
+        (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn claim(
@@ -71,7 +159,7 @@ pub async fn claim(
     let index = partition(&index)?;
     let limit = Query::parse(request.query_string())?.limit()?;
     Ok(match state.log.lease(&topic, index, &group, limit).await? {
-        Some(lease) => HttpResponse::Ok().json(lease_json(lease, None)),
+        Some(lease) => HttpResponse::Ok().json(Lease::from(lease)),
         None => HttpResponse::NoContent().finish(),
     })
 }
@@ -86,15 +174,15 @@ pub async fn claim(
     summary = "Lease the group's next range on any partition",
     description = "The same as a partition's lease claim, on whichever partition has a range \
         available (partitions tried in turn).",
-    params(schema::GroupPath, schema::LimitQuery),
+    params(params::GroupPath, params::LimitQuery),
     responses(
-        (status = 200, description = "The range and its partition, held until `expiresAt`", body = schema::PartitionLease),
+        (status = 200, description = "The range and its partition, held until `expiresAt`", body = PartitionLease),
         (status = 204, description = "Nothing available now: the group is at `maxParallelism`, every record is leased, or a range past `maxAttempts` went to the dead-letter topic (ask again)"),
-        (status = 400, description = "`invalid_request` or `invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 409, description = "`leases_disabled`", body = schema::ErrorBody),
-        (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 400, description = "`invalid_request` or `invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 409, description = "`leases_disabled`", body = ErrorBody),
+        (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn claim_any(
@@ -105,7 +193,10 @@ pub async fn claim_any(
     let (topic, group) = path.into_inner();
     let limit = Query::parse(request.query_string())?.limit()?;
     match state.log.lease_any(&topic, &group, limit).await? {
-        Some((index, lease)) => Ok(HttpResponse::Ok().json(lease_json(lease, Some(index)))),
+        Some((partition, lease)) => Ok(HttpResponse::Ok().json(PartitionLease {
+            lease: lease.into(),
+            partition,
+        })),
         None => Ok(HttpResponse::NoContent().finish()),
     }
 }
@@ -119,14 +210,14 @@ pub async fn claim_any(
     summary = "Settle a leased range",
     description = "The group's cursor advances over every contiguous settled range from the \
         cursor on. A range whose hold expired but that nobody reclaimed yet can still be acked.",
-    params(schema::BatchPath),
+    params(params::BatchPath),
     responses(
-        (status = 200, description = "Settled; the group's cursor after the ack", body = schema::AckedCursor),
-        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "Settled; the group's cursor after the ack", body = AckedCursor),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn ack(
@@ -138,7 +229,7 @@ pub async fn ack(
         .log
         .ack(&topic, partition(&index)?, &group, &batch_id)
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "cursor": cursor })))
+    Ok(HttpResponse::Ok().json(AckedCursor { cursor }))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -158,15 +249,15 @@ struct NackBody {
     summary = "Give a leased range back for redelivery",
     description = "The range is redelivered (under a new `batchId`) no sooner than `delayMs`.",
     request_body(content = NackBody, description = "Optional: without a body, the range is redelivered at once"),
-    params(schema::BatchPath),
+    params(params::BatchPath),
     responses(
         (status = 204, description = "The range will be redelivered under a new `batchId`"),
-        (status = 400, description = "`invalid_request` or `invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = schema::ErrorBody),
-        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 400, description = "`invalid_request` or `invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn nack(
@@ -200,14 +291,14 @@ pub async fn nack(
     operation_id = "extendLease",
     summary = "Renew the hold on a leased range",
     description = "Renews the hold for another `leaseMs`.",
-    params(schema::BatchPath),
+    params(params::BatchPath),
     responses(
-        (status = 200, description = "The hold's new end", body = schema::Extended),
-        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "The hold's new end", body = Extended),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn extend(
@@ -219,7 +310,7 @@ pub async fn extend(
         .log
         .extend(&topic, partition(&index)?, &group, &batch_id)
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "expiresAt": expires_at })))
+    Ok(HttpResponse::Ok().json(Extended { expires_at }))
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/groups/{group}/leases`.
@@ -230,14 +321,14 @@ pub async fn extend(
     operation_id = "listLeases",
     summary = "The group's leased ranges on a partition",
     description = "Settled ranges disappear once the cursor has moved past them.",
-    params(schema::PartitionGroupPath),
+    params(params::PartitionGroupPath),
     responses(
-        (status = 200, description = "The ranges", body = schema::Leases),
-        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 409, description = "`leases_disabled`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "The ranges", body = Leases),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 409, description = "`leases_disabled`", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn list(
@@ -246,18 +337,6 @@ pub async fn list(
 ) -> Result<HttpResponse, ApiError> {
     let (topic, index, group) = path.into_inner();
     let rows = state.log.leases(&topic, partition(&index)?, &group).await?;
-    let leases: Vec<Value> = rows
-        .into_iter()
-        .map(|row| {
-            json!({
-                "batchId": row.batch_id,
-                "firstOffset": row.first_offset,
-                "lastOffset": row.last_offset,
-                "state": row.state.as_str(),
-                "attempt": row.attempt,
-                "expiresAt": row.expires_at,
-            })
-        })
-        .collect();
-    Ok(HttpResponse::Ok().json(json!({ "leases": leases })))
+    let leases = rows.into_iter().map(LeaseRow::from).collect();
+    Ok(HttpResponse::Ok().json(Leases { leases }))
 }

@@ -14,7 +14,7 @@ pub mod openapi;
 mod operations;
 mod produce;
 pub(crate) mod request;
-mod schema;
+mod params;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};

@@ -27,7 +27,8 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, Secur
 use utoipa::openapi::{Content, ContentBuilder, Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
-use super::{HttpState, consume, leases, operations, produce, schema};
+use super::error::ErrorBody;
+use super::{HttpState, consume, leases, operations, produce};
 use crate::config::Config;
 
 /// Every route of the API, its bodies and its errors: the part of the document that no
@@ -66,7 +67,7 @@ use crate::config::Config;
         operations::healthz,
         openapi,
     ),
-    components(schemas(schema::ErrorBody)),
+    components(schemas(ErrorBody)),
     modifiers(&Additions),
     tags(
         (name = "produce", description = "Append records"),
@@ -304,7 +305,7 @@ fn error_content() -> Content {
     tag = "operations",
     responses(
         (status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object),
-        (status = 401, description = "`unauthorized`: missing or wrong bearer token", body = schema::ErrorBody),
+        (status = 401, description = "`unauthorized`: missing or wrong bearer token", body = ErrorBody),
     )
 )]
 pub async fn openapi(state: web::Data<HttpState>) -> HttpResponse {

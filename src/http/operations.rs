@@ -1,13 +1,100 @@
 //! Operations: bounds, load, trim, cold forget, topics, health.
 
+use std::collections::BTreeMap;
+
 use actix_web::{HttpResponse, web};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::error::ErrorBody;
+use super::params;
 use super::request::{Integer, json_body, offset, partition};
-use super::schema;
 use super::{ApiError, HttpState};
+use crate::log;
+
+/// `200` of `GET /healthz`.
+#[derive(Serialize, ToSchema)]
+struct Health {
+    /// Always `ok`.
+    #[schema(example = "ok")]
+    status: &'static str,
+}
+
+/// `200` of `GET /topics/{topic}/partitions/{partition}/bounds`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct Bounds {
+    /// The oldest readable offset, counting cold segments.
+    oldest_offset: u64,
+    /// The oldest offset still in the hot window.
+    hot_offset: u64,
+    /// The offset the next appended record will get.
+    next_offset: u64,
+}
+
+impl From<log::Bounds> for Bounds {
+    fn from(bounds: log::Bounds) -> Self {
+        Self {
+            oldest_offset: bounds.oldest_offset,
+            hot_offset: bounds.hot_offset,
+            next_offset: bounds.next_offset,
+        }
+    }
+}
+
+/// `200` of `POST /topics/{topic}/partitions/{partition}/trim`.
+#[derive(Serialize, ToSchema)]
+struct Trimmed {
+    /// How many records left the hot window (flushed to the cold tier, or deleted).
+    removed: u64,
+}
+
+/// `200` of `POST /topics/{topic}/partitions/{partition}/cold/forget`.
+#[derive(Serialize, ToSchema)]
+struct Forgotten {
+    /// How many cold segments were forgotten.
+    forgotten: u64,
+}
+
+/// A topic in `GET /topics`.
+#[derive(Serialize, ToSchema)]
+struct TopicSummary {
+    /// The topic's name.
+    name: String,
+    /// Its partition count.
+    partitions: u32,
+}
+
+/// `200` of `GET /topics`.
+#[derive(Serialize, ToSchema)]
+struct Topics {
+    /// Topics that have at least one written partition, sorted by name.
+    topics: Vec<TopicSummary>,
+}
+
+/// One partition in `GET /topics/{topic}`.
+#[derive(Serialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+struct PartitionDetail {
+    /// The partition.
+    partition: u32,
+    /// Its offsets.
+    #[serde(flatten)]
+    bounds: Bounds,
+    /// Every consumer group's cursor, by group name.
+    cursors: BTreeMap<String, u64>,
+    /// `nextOffset` minus the slowest cursor (0 with no cursors).
+    pending_deliveries: u64,
+}
+
+/// `200` of `GET /topics/{topic}`.
+#[derive(Serialize, ToSchema)]
+struct TopicDetail {
+    /// The topic's name.
+    name: String,
+    /// Every partition `0..partitionCount-1`, in order. Partitions never written show zeros.
+    partitions: Vec<PartitionDetail>,
+}
 
 /// `GET /healthz`: `{"status": "ok"}`, without auth.
 #[utoipa::path(
@@ -17,11 +104,11 @@ use super::{ApiError, HttpState};
     operation_id = "healthz",
     summary = "Health check (no token needed)",
     responses(
-        (status = 200, description = "The server is up", body = schema::Health),
+        (status = 200, description = "The server is up", body = Health),
     )
 )]
 pub async fn healthz() -> HttpResponse {
-    HttpResponse::Ok().json(json!({ "status": "ok" }))
+    HttpResponse::Ok().json(Health { status: "ok" })
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/bounds`.
@@ -31,13 +118,13 @@ pub async fn healthz() -> HttpResponse {
     tag = "operations",
     operation_id = "getBounds",
     summary = "A partition's offsets",
-    params(schema::PartitionPath),
+    params(params::PartitionPath),
     responses(
-        (status = 200, description = "The bounds", body = schema::Bounds),
-        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "The bounds", body = Bounds),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn bounds(
@@ -46,11 +133,7 @@ pub async fn bounds(
 ) -> Result<HttpResponse, ApiError> {
     let (topic, index) = path.into_inner();
     let bounds = state.log.bounds(&topic, partition(&index)?).await?;
-    Ok(HttpResponse::Ok().json(json!({
-        "oldestOffset": bounds.oldest_offset,
-        "hotOffset": bounds.hot_offset,
-        "nextOffset": bounds.next_offset,
-    })))
+    Ok(HttpResponse::Ok().json(Bounds::from(bounds)))
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/load`.
@@ -60,13 +143,13 @@ pub async fn bounds(
     tag = "operations",
     operation_id = "getLoad",
     summary = "A partition's load snapshot",
-    params(schema::PartitionPath),
+    params(params::PartitionPath),
     responses(
         (status = 200, description = "The load snapshot", body = crate::load::LoadSnapshot),
-        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn load(
@@ -86,13 +169,13 @@ pub async fn load(
     summary = "Run retention now",
     description = "Runs retention on the partition now: records leave the hot window, flushed \
         to the cold tier or deleted.",
-    params(schema::PartitionPath),
+    params(params::PartitionPath),
     responses(
-        (status = 200, description = "How many records left the hot window", body = schema::Trimmed),
-        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the cold store failed; passes already completed stay done, the failed pass removed nothing; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "How many records left the hot window", body = Trimmed),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the cold store failed; passes already completed stay done, the failed pass removed nothing; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn trim(
@@ -101,7 +184,7 @@ pub async fn trim(
 ) -> Result<HttpResponse, ApiError> {
     let (topic, index) = path.into_inner();
     let removed = state.log.trim(&topic, partition(&index)?).await?;
-    Ok(HttpResponse::Ok().json(json!({ "removed": removed })))
+    Ok(HttpResponse::Ok().json(Trimmed { removed }))
 }
 
 #[derive(Deserialize, ToSchema)]
@@ -121,14 +204,14 @@ struct ForgetBody {
     operation_id = "forgetCold",
     summary = "Forget old cold segments",
     request_body = ForgetBody,
-    params(schema::PartitionPath),
+    params(params::PartitionPath),
     responses(
-        (status = 200, description = "How many segments were forgotten", body = schema::Forgotten),
-        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "How many segments were forgotten", body = Forgotten),
+        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn forget_cold(
@@ -144,7 +227,7 @@ pub async fn forget_cold(
         .log
         .forget_cold_before(&topic, index, offset(body.before.0, "before")?)
         .await?;
-    Ok(HttpResponse::Ok().json(json!({ "forgotten": forgotten })))
+    Ok(HttpResponse::Ok().json(Forgotten { forgotten }))
 }
 
 /// `GET /topics`: topics with at least one written partition, by name.
@@ -155,20 +238,23 @@ pub async fn forget_cold(
     operation_id = "listTopics",
     summary = "Every topic with data",
     responses(
-        (status = 200, description = "Topics with at least one written partition, sorted by name", body = schema::Topics),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "Topics with at least one written partition, sorted by name", body = Topics),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn topics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiError> {
-    let topics: Vec<_> = state
+    let topics = state
         .log
         .topics()
         .await?
         .into_iter()
-        .map(|topic| json!({ "name": topic.name, "partitions": topic.partitions }))
+        .map(|topic| TopicSummary {
+            name: topic.name,
+            partitions: topic.partitions,
+        })
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "topics": topics })))
+    Ok(HttpResponse::Ok().json(Topics { topics }))
 }
 
 /// `GET /topics/{topic}`: every partition's bounds, cursors and backlog.
@@ -178,33 +264,32 @@ pub async fn topics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiErro
     tag = "operations",
     operation_id = "getTopic",
     summary = "A topic's partitions",
-    params(schema::TopicPath),
+    params(params::TopicPath),
     responses(
-        (status = 200, description = "Every partition's bounds, cursors and backlog, in order", body = schema::TopicDetail),
-        (status = 400, description = "`invalid_name`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 200, description = "Every partition's bounds, cursors and backlog, in order", body = TopicDetail),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn topic(
     state: web::Data<HttpState>,
     topic: web::Path<String>,
 ) -> Result<HttpResponse, ApiError> {
-    let details: Vec<_> = state
+    let partitions = state
         .log
         .describe_topic(&topic)
         .await?
         .into_iter()
-        .map(|detail| {
-            json!({
-                "partition": detail.partition,
-                "oldestOffset": detail.bounds.oldest_offset,
-                "hotOffset": detail.bounds.hot_offset,
-                "nextOffset": detail.bounds.next_offset,
-                "cursors": detail.cursors,
-                "pendingDeliveries": detail.pending_deliveries,
-            })
+        .map(|detail| PartitionDetail {
+            partition: detail.partition,
+            bounds: detail.bounds.into(),
+            cursors: detail.cursors,
+            pending_deliveries: detail.pending_deliveries,
         })
         .collect();
-    Ok(HttpResponse::Ok().json(json!({ "name": topic.as_str(), "partitions": details })))
+    Ok(HttpResponse::Ok().json(TopicDetail {
+        name: topic.into_inner(),
+        partitions,
+    }))
 }

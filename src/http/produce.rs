@@ -1,16 +1,16 @@
 //! Produce: keyed events routed to partitions, and direct appends to one partition.
 
 use actix_web::{HttpResponse, web};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 
+use super::error::ErrorBody;
+use super::params;
 use super::request::{Object, json_body, partition};
-use super::schema;
 use super::{ApiError, HttpState};
-use crate::log::{AppendOutcome, NewRecord};
-use crate::log::{Event, EventsOutcome};
+use crate::load::LoadSnapshot;
+use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
 
 /// One event of `POST /topics/{topic}/records`.
 #[derive(Deserialize, ToSchema)]
@@ -42,6 +42,32 @@ struct RecordBody {
     key: Option<String>,
 }
 
+/// `202` of `POST /topics/{topic}/records`.
+#[derive(Serialize, ToSchema)]
+struct ProducedRecords {
+    /// Where each event was stored: one entry per input event, in input order. A re-sent
+    /// deduplication key gives its original place back.
+    records: Vec<PlacedRecord>,
+}
+
+/// Where one event was stored.
+#[derive(Serialize, ToSchema)]
+struct PlacedRecord {
+    /// The partition that `partitionKey` routed it to.
+    partition: u32,
+    /// Its offset in that partition.
+    offset: u64,
+}
+
+/// `202` of `POST /topics/{topic}/partitions/{partition}/records`.
+#[derive(Serialize, ToSchema)]
+struct AppendedOffsets {
+    /// The offset of each record, in input order.
+    offsets: Vec<u64>,
+    /// The partition's load after the append.
+    load: LoadSnapshot,
+}
+
 /// `POST /topics/{topic}/records`: `202 {"records": [{"partition", "offset"}, ...]}`.
 #[utoipa::path(
     post,
@@ -52,14 +78,14 @@ struct RecordBody {
     description = "Routes each event to a partition by its `partitionKey`, groups the events by \
         partition and appends each group atomically. The whole request is validated before \
         anything is written.",
-    params(schema::TopicPath),
+    params(params::TopicPath),
     request_body(content = Vec<EventBody>, description = "The events, in order"),
     responses(
-        (status = 202, description = "One place per input event, in input order", body = schema::ProducedRecords),
-        (status = 400, description = "`invalid_request`, `invalid_name`, `batch_too_large` or `record_too_large`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the write may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 202, description = "One place per input event, in input order", body = ProducedRecords),
+        (status = 400, description = "`invalid_request`, `invalid_name`, `batch_too_large` or `record_too_large`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the write may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn events(
@@ -87,11 +113,11 @@ pub async fn events(
     match state.log.append_events(&topic, events).await? {
         EventsOutcome::Appended(placed) => {
             state.metrics.appended(&topic, placed.len() as u64, bytes);
-            let records: Vec<_> = placed
+            let records = placed
                 .into_iter()
-                .map(|(partition, offset)| json!({"partition": partition, "offset": offset}))
+                .map(|(partition, offset)| PlacedRecord { partition, offset })
                 .collect();
-            Ok(HttpResponse::Accepted().json(json!({ "records": records })))
+            Ok(HttpResponse::Accepted().json(ProducedRecords { records }))
         }
         EventsOutcome::Rejected { rejection, .. } => Err(rejection.into()),
     }
@@ -105,15 +131,15 @@ pub async fn events(
     operation_id = "appendRecords",
     summary = "Append records to one partition",
     description = "Appends the records to the partition atomically.",
-    params(schema::PartitionPath),
+    params(params::PartitionPath),
     request_body(content = Vec<RecordBody>, description = "The records, in order"),
     responses(
-        (status = 202, description = "The offsets, in input order, and the partition's load", body = schema::AppendedOffsets),
-        (status = 400, description = "`invalid_request`, `invalid_name`, `batch_too_large` or `record_too_large`", body = schema::ErrorBody),
-        (status = 401, description = "`unauthorized`", body = schema::ErrorBody),
-        (status = 404, description = "`unknown_partition`", body = schema::ErrorBody),
-        (status = 413, description = "`payload_too_large`", body = schema::ErrorBody),
-        (status = 503, description = "`unavailable`: the write may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = schema::ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 202, description = "The offsets, in input order, and the partition's load", body = AppendedOffsets),
+        (status = 400, description = "`invalid_request`, `invalid_name`, `batch_too_large` or `record_too_large`", body = ErrorBody),
+        (status = 401, description = "`unauthorized`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the write may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
     )
 )]
 pub async fn records(
@@ -144,8 +170,7 @@ pub async fn records(
     match appended.outcome {
         AppendOutcome::Appended { offsets } => {
             state.metrics.appended(&topic, offsets.len() as u64, bytes);
-            // Typed, not a `json!` tree: this answer is written once per append.
-            Ok(HttpResponse::Accepted().json(schema::AppendedOffsets {
+            Ok(HttpResponse::Accepted().json(AppendedOffsets {
                 offsets,
                 load: appended.load,
             }))
