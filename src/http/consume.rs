@@ -132,10 +132,9 @@ struct GroupCursors {
     responses(
         (status = 200, description = "The page", body = Page),
         (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset` (negative, or beyond `nextOffset`)", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn read(
@@ -170,9 +169,8 @@ pub async fn read(
     responses(
         (status = 200, description = "One page per partition, in partition order", body = GroupPoll),
         (status = 400, description = "`invalid_request` or `invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 410, description = "`log_truncated`: records below the position were removed by retention", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn poll(
@@ -242,10 +240,9 @@ fn commit_offsets() -> Object {
     responses(
         (status = 200, description = "The cursor in effect for each named partition", body = CommittedCursors),
         (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the commit may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the commit may or may not have happened", body = ErrorBody),
     )
 )]
 pub async fn commit(
@@ -284,10 +281,9 @@ struct CursorBody {
     responses(
         (status = 200, description = "The cursor in effect", body = Cursor),
         (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the commit may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the commit may or may not have happened", body = ErrorBody),
     )
 )]
 pub async fn put_cursor(
@@ -317,9 +313,8 @@ pub async fn put_cursor(
     responses(
         (status = 200, description = "The cursors, by group", body = GroupCursors),
         (status = 400, description = "`invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn cursors(
@@ -345,9 +340,8 @@ pub async fn cursors(
     responses(
         (status = 204, description = "Removed, or there was no such cursor"),
         (status = 400, description = "`invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn delete_cursor(

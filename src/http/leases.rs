@@ -143,11 +143,10 @@ struct Leases {
         (status = 200, description = "The range, held until `expiresAt`", body = Lease),
         (status = 204, description = "Nothing available now: the group is at `maxParallelism`, every record is leased, or a range past `maxAttempts` went to the dead-letter topic (ask again)"),
         (status = 400, description = "`invalid_request` or `invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 409, description = "`leases_disabled`", body = ErrorBody),
         (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = ErrorBody),
     )
 )]
 pub async fn claim(
@@ -179,10 +178,9 @@ pub async fn claim(
         (status = 200, description = "The range and its partition, held until `expiresAt`", body = PartitionLease),
         (status = 204, description = "Nothing available now: the group is at `maxParallelism`, every record is leased, or a range past `maxAttempts` went to the dead-letter topic (ask again)"),
         (status = 400, description = "`invalid_request` or `invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 409, description = "`leases_disabled`", body = ErrorBody),
         (status = 410, description = "`log_truncated`, once: records the group had not settled were removed by retention; the group continues at `oldestOffset`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = ErrorBody),
     )
 )]
 pub async fn claim_any(
@@ -214,10 +212,9 @@ pub async fn claim_any(
     responses(
         (status = 200, description = "Settled; the group's cursor after the ack", body = AckedCursor),
         (status = 400, description = "`invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = ErrorBody),
     )
 )]
 pub async fn ack(
@@ -253,11 +250,10 @@ struct NackBody {
     responses(
         (status = 204, description = "The range will be redelivered under a new `batchId`"),
         (status = 400, description = "`invalid_request` or `invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = ErrorBody),
     )
 )]
 pub async fn nack(
@@ -295,10 +291,9 @@ pub async fn nack(
     responses(
         (status = 200, description = "The hold's new end", body = Extended),
         (status = 400, description = "`invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 409, description = "`lease_not_held` (unknown, expired and reclaimed, or already settled `batchId`) or `leases_disabled`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the change may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the change may or may not have happened", body = ErrorBody),
     )
 )]
 pub async fn extend(
@@ -325,10 +320,9 @@ pub async fn extend(
     responses(
         (status = 200, description = "The ranges", body = Leases),
         (status = 400, description = "`invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 409, description = "`leases_disabled`", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn list(

@@ -12,9 +12,9 @@ mod leases;
 pub mod metrics;
 pub mod openapi;
 mod operations;
+mod params;
 mod produce;
 pub(crate) mod request;
-mod params;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};

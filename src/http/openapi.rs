@@ -19,10 +19,13 @@
 use actix_web::HttpResponse;
 use actix_web::http::header::ContentType;
 use actix_web::web;
+use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::path::{HttpMethod, Operation, OperationBuilder, PathItem};
 use utoipa::openapi::request_body::RequestBody;
 use utoipa::openapi::response::ResponseBuilder;
-use utoipa::openapi::schema::{Array, Object, Schema, SchemaType, Type};
+use utoipa::openapi::schema::{
+    Array, KnownFormat, Object, ObjectBuilder, Schema, SchemaFormat, SchemaType, Type,
+};
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, ContentBuilder, Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
@@ -104,7 +107,8 @@ impl Modify for Additions {
         // The body is optional (`required: false`) but, when sent, an object: the derive makes a
         // body optional only through an `Option`, which would also allow `null`.
         request_body(openapi, "nackLease").required = Some(Required::False);
-        // Every operation that reaches a partition's storage may meet damaged files.
+        // Every operation that reaches a partition's storage may meet damaged files, and may
+        // find every open partition busy.
         let corrupted = ResponseBuilder::new()
             .description(
                 "`corrupted`: the partition's files are damaged; it refuses writes and retrying \
@@ -112,12 +116,26 @@ impl Modify for Additions {
             )
             .content("application/json", error_content())
             .build();
+        let retry_after = HeaderBuilder::new()
+            .schema(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int32)))
+                    .minimum(Some(0)),
+            ))
+            .description(Some("With `overloaded`: seconds to wait before retrying"))
+            .build();
         for operation in operations(openapi) {
-            if operation.responses.responses.contains_key("503") {
-                operation
-                    .responses
-                    .responses
-                    .insert("500".to_owned(), corrupted.clone().into());
+            let responses = &mut operation.responses.responses;
+            if let Some(RefOr::T(unavailable)) = responses.get_mut("503") {
+                unavailable.description.push_str(
+                    "; or `overloaded`: every open partition is busy, nothing changed, retry \
+                     after `Retry-After` seconds",
+                );
+                unavailable
+                    .headers
+                    .insert("Retry-After".to_owned(), retry_after.clone().into());
+                responses.insert("500".to_owned(), corrupted.clone().into());
             }
         }
         let metrics = OperationBuilder::new()
@@ -135,12 +153,6 @@ impl Modify for Additions {
                         .schema(Some(Object::with_type(SchemaType::Type(Type::String))))
                         .build(),
                 ),
-            )
-            .response(
-                "401",
-                ResponseBuilder::new()
-                    .description("`unauthorized`: missing or wrong bearer token")
-                    .content("application/json", error_content()),
             );
         openapi
             .paths
@@ -157,11 +169,19 @@ struct Configured<'a>(&'a Config);
 impl Modify for Configured<'_> {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let config = self.0;
-        if config.server.auth_token.is_empty() {
+        if !config.server.auth_token.is_empty() {
+            let unauthorized = ResponseBuilder::new()
+                .description("`unauthorized`: missing or wrong bearer token")
+                .content("application/json", error_content())
+                .build();
             for operation in operations(openapi) {
-                operation.responses.responses.remove("401");
+                if operation.operation_id.as_deref() != Some("healthz") {
+                    operation
+                        .responses
+                        .responses
+                        .insert("401".to_owned(), unauthorized.clone().into());
+                }
             }
-        } else {
             openapi
                 .components
                 .get_or_insert_with(Default::default)
@@ -305,7 +325,6 @@ fn error_content() -> Content {
     tag = "operations",
     responses(
         (status = 200, description = "The OpenAPI document", content_type = "application/json", body = Object),
-        (status = 401, description = "`unauthorized`: missing or wrong bearer token", body = ErrorBody),
     )
 )]
 pub async fn openapi(state: web::Data<HttpState>) -> HttpResponse {

@@ -122,9 +122,8 @@ pub async fn healthz() -> HttpResponse {
     responses(
         (status = 200, description = "The bounds", body = Bounds),
         (status = 400, description = "`invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn bounds(
@@ -147,9 +146,8 @@ pub async fn bounds(
     responses(
         (status = 200, description = "The load snapshot", body = crate::load::LoadSnapshot),
         (status = 400, description = "`invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn load(
@@ -173,9 +171,8 @@ pub async fn load(
     responses(
         (status = 200, description = "How many records left the hot window", body = Trimmed),
         (status = 400, description = "`invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the cold store failed; passes already completed stay done, the failed pass removed nothing; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the cold store failed; passes already completed stay done, the failed pass removed nothing", body = ErrorBody),
     )
 )]
 pub async fn trim(
@@ -208,10 +205,9 @@ struct ForgetBody {
     responses(
         (status = 200, description = "How many segments were forgotten", body = Forgotten),
         (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn forget_cold(
@@ -239,8 +235,7 @@ pub async fn forget_cold(
     summary = "Every topic with data",
     responses(
         (status = 200, description = "Topics with at least one written partition, sorted by name", body = Topics),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn topics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiError> {
@@ -268,8 +263,7 @@ pub async fn topics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiErro
     responses(
         (status = 200, description = "Every partition's bounds, cursors and backlog, in order", body = TopicDetail),
         (status = 400, description = "`invalid_name`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
-        (status = 503, description = "`unavailable`; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
 pub async fn topic(

@@ -8,9 +8,9 @@
 )]
 
 use utoipa::IntoParams;
+use utoipa::openapi::Required;
 use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
-use utoipa::openapi::Required;
 
 use crate::names::{GROUP_PATTERN, MAX_GROUP_LEN, MAX_TOPIC_LEN, TOPIC_PATTERN};
 

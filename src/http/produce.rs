@@ -83,9 +83,8 @@ struct AppendedOffsets {
     responses(
         (status = 202, description = "One place per input event, in input order", body = ProducedRecords),
         (status = 400, description = "`invalid_request`, `invalid_name`, `batch_too_large` or `record_too_large`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the write may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the write may or may not have happened", body = ErrorBody),
     )
 )]
 pub async fn events(
@@ -136,10 +135,9 @@ pub async fn events(
     responses(
         (status = 202, description = "The offsets, in input order, and the partition's load", body = AppendedOffsets),
         (status = 400, description = "`invalid_request`, `invalid_name`, `batch_too_large` or `record_too_large`", body = ErrorBody),
-        (status = 401, description = "`unauthorized`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
-        (status = 503, description = "`unavailable`: the write may or may not have happened; or `overloaded`: every open partition is busy, nothing changed, retry after `Retry-After` seconds", body = ErrorBody, headers(("Retry-After" = u32, description = "With `overloaded`: seconds to wait before retrying"))),
+        (status = 503, description = "`unavailable`: the write may or may not have happened", body = ErrorBody),
     )
 )]
 pub async fn records(
