@@ -1,6 +1,7 @@
 //! `PartitionActor`: one actor per partition, the single writer of its SQLite database.
 //!
-//! Each operation is a typed [`Message`] in its own file with its handler. The actor lives on
+//! Each operation is a typed [`Message`] with its handler, in the file of its group (produce,
+//! consume, leases, operations) as in [`crate::log`] and [`crate::http`]. The actor lives on
 //! the arbiter that started the log (message passing with producers on that event loop costs
 //! no thread switch) and owns no thread: appends go to its volume's committer thread, which
 //! commits the appends of every partition of the volume in one transaction (group commit, see
@@ -13,21 +14,10 @@
 //! partition whose volume failed a commit stops at its next message and its supervisor
 //! restarts it, reopening its store.
 
-mod ack;
-mod append;
-mod bounds;
-mod commit;
-mod cursor;
-mod cursors;
-mod delete_cursor;
-mod extend;
-mod forget_cold_before;
-mod lease;
+mod consume;
 mod leases;
-mod load;
-mod nack;
-mod read;
-mod trim;
+mod operations;
+mod produce;
 
 use std::cell::Cell;
 use std::future::Future;
@@ -43,21 +33,10 @@ use actix::{
 };
 use tokio::sync::oneshot;
 
-pub use ack::Ack;
-pub use append::{Append, Appended, Enqueue};
-pub use bounds::GetBounds;
-pub use commit::Commit;
-pub use cursor::GetCursor;
-pub use cursors::ListCursors;
-pub use delete_cursor::DeleteCursor;
-pub use extend::Extend;
-pub use forget_cold_before::ForgetColdBefore;
-pub use lease::ClaimLease;
-pub use leases::ListLeases;
-pub use load::GetLoad;
-pub use nack::Nack;
-pub use read::Read;
-pub use trim::{RunRetention, Trim};
+pub use consume::{Commit, DeleteCursor, GetCursor, ListCursors, Read};
+pub use leases::{Ack, ClaimLease, Extend, ListLeases, Nack};
+pub use operations::{ForgetColdBefore, GetBounds, GetLoad, RunRetention, Trim};
+pub use produce::{Append, Appended, Enqueue};
 
 use crate::error::Error;
 use crate::load::LoadObserver;
@@ -197,7 +176,7 @@ pub struct PartitionActor {
     /// `None` when reopening after a failure did not succeed: every operation is unavailable.
     store: Option<Arc<LogStore>>,
     load: Arc<LoadObserver>,
-    queued: append::AppendQueue,
+    queued: produce::AppendQueue,
     flush_scheduled: bool,
     /// A group commit is at the volume's committer.
     committing: bool,

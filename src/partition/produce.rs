@@ -1,4 +1,4 @@
-//! `Append`: one batch, atomically, with group commit.
+//! Producing: `Append`, one batch, atomically, with group commit.
 //!
 //! The handler does not commit: it queues the batch together with the caller's reply channel
 //! and, if none is scheduled, schedules a [`Flush`] to itself. Actix drains the mailbox before
