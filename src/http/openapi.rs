@@ -87,7 +87,7 @@ struct ApiDoc;
 /// and lists its `401`; without one, the document has no security requirement and no `401`
 /// (the server never answers it). The produce bodies, the `413` answers and `waitMs` state this
 /// server's `log.max_batch_size`, `log.max_record_bytes`, `server.max_body_bytes` and
-/// `server.max_wait_ms`.
+/// `server.max_wait_ms`; `{partition}` goes up to the largest `partitions_per_topic` less one.
 pub fn document(config: &Config) -> utoipa::openapi::OpenApi {
     let mut openapi = ApiDoc::openapi();
     Configured(config).modify(&mut openapi);
@@ -162,8 +162,8 @@ impl Modify for Additions {
     }
 }
 
-/// What a server's configuration decides: the bearer requirement, the request limits and the
-/// longest wait.
+/// What a server's configuration decides: the bearer requirement, the request limits, the
+/// largest partition number and the longest wait.
 struct Configured<'a>(&'a Config);
 
 impl Modify for Configured<'_> {
@@ -215,6 +215,23 @@ impl Modify for Configured<'_> {
             log.max_batch_size
         ));
         json_array(records).max_items = Some(log.max_batch_size);
+
+        // Past the largest partition count, every partition is `404 unknown_partition`.
+        let partitions = config
+            .topics
+            .values()
+            .map(|topic| topic.log.partitions_per_topic)
+            .fold(log.partitions_per_topic, u32::max);
+        for operation in operations(openapi) {
+            for parameter in operation.parameters.iter_mut().flatten() {
+                if let RefOr::T(parameter) = parameter
+                    && parameter.name == "partition"
+                    && let Some(RefOr::T(Schema::Object(schema))) = parameter.schema.as_mut()
+                {
+                    schema.maximum = Some((partitions - 1).into());
+                }
+            }
+        }
 
         let wait = format!(
             " A longer wait is cut to {} (`server.max_wait_ms`).",
