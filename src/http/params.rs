@@ -25,16 +25,21 @@ fn path_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Param
         .build()
 }
 
+/// A name of [`crate::names`]: a string of 1 to `max_length` characters matching `pattern`.
+fn name_schema(max_length: usize, pattern: &str) -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(max_length))
+        .pattern(Some(pattern))
+}
+
 fn topic() -> Parameter {
     path_parameter(
         "topic",
         "The topic: 1 to 128 characters of `A-Z a-z 0-9 . _ -`, not starting with `.` \
          (`400 invalid_name` otherwise).",
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .min_length(Some(1))
-            .max_length(Some(MAX_TOPIC_LEN))
-            .pattern(Some(TOPIC_PATTERN)),
+        name_schema(MAX_TOPIC_LEN, TOPIC_PATTERN),
     )
 }
 
@@ -55,11 +60,7 @@ fn group() -> Parameter {
         "group",
         "The consumer group: 1 to 256 characters of `A-Z a-z 0-9 . _ - :` \
          (`400 invalid_name` otherwise).",
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .min_length(Some(1))
-            .max_length(Some(MAX_GROUP_LEN))
-            .pattern(Some(GROUP_PATTERN)),
+        name_schema(MAX_GROUP_LEN, GROUP_PATTERN),
     )
 }
 
