@@ -1,15 +1,16 @@
 //! Real answers of every route, successes and errors, checked against the document's statuses
 //! and schemas.
 
-use actix_web::http::header::ContentType;
+use actix_web::http::header::{CONTENT_TYPE, ContentType};
 use actix_web::{App, test};
 use serde_json::{Value, json};
 
-use super::{assert_documented, request, send};
+use super::{Document, assert_documented, request, send};
 use crate::common::TestLog;
 
 /// Real answers of every route, successes and errors, match the document's statuses and
-/// schemas.
+/// schemas (`/metrics`: its content type); a route of the document that this test does not
+/// send a request to fails it.
 #[actix::test]
 async fn answers_match_the_document() {
     let log = TestLog::with(|config| config.log.partitions_per_topic = 2);
@@ -20,10 +21,38 @@ async fn answers_match_the_document() {
         request("get", "/openapi.json", None, None).to_request(),
     )
     .await;
-    let document = &document;
+    let document = &Document::new(document);
 
     exchange!(&app, document, "get", "/healthz", "/healthz");
     exchange!(&app, document, "get", "/openapi.json", "/openapi.json");
+    let metrics =
+        test::call_service(&app, request("get", "/metrics", None, None).to_request()).await;
+    let status = metrics.status().as_u16();
+    let content_type = metrics.headers().get(CONTENT_TYPE).cloned();
+    let text = test::read_body(metrics).await;
+    let response = document.response("get", "/metrics", status, &Value::Null);
+    let documented = response["content"].as_object().expect("content");
+    let documented = documented.keys().next().expect("a content type");
+    let content_type = content_type.expect("a content type");
+    let content_type = content_type.to_str().expect("an ASCII content type");
+    // The server may add parameters (a charset); the document's must all be there.
+    let parameters = |value: &str| -> Vec<String> {
+        value
+            .split(';')
+            .map(|part| part.trim().to_ascii_lowercase())
+            .collect()
+    };
+    let answered = parameters(content_type);
+    assert!(
+        parameters(documented)
+            .iter()
+            .all(|part| answered.contains(part)),
+        "GET /metrics answered {content_type}, the document says {documented}"
+    );
+    assert!(
+        std::str::from_utf8(&text).is_ok_and(|text| text.contains("# TYPE ")),
+        "GET /metrics: not the Prometheus text format"
+    );
 
     // Produce.
     let events = json!([
@@ -268,6 +297,8 @@ async fn answers_match_the_document() {
         json!({"offsets": {"0": 999}})
     );
     assert_eq!(status, 400);
+
+    document.assert_every_route_answered();
 }
 
 /// JSON Schema counts a number with a whole value as an `integer` however it is written, so
@@ -283,7 +314,7 @@ async fn whole_numbers_are_integers_in_bodies() {
         request("get", "/openapi.json", None, None).to_request(),
     )
     .await;
-    let document = &document;
+    let document = &Document::new(document);
     let (status, _) = exchange!(
         &app,
         document,

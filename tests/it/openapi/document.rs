@@ -1,113 +1,83 @@
 //! The document itself: OpenAPI 3, every route of the contract with its statuses and path
 //! parameters, one shared error schema, and the bearer token that it requires and states.
 
+use std::collections::BTreeSet;
+
+use actix_web::http::Method;
 use actix_web::http::header::CONTENT_TYPE;
 use actix_web::{App, test};
 use serde_json::{Value, json};
 
 use super::schema::{check, resolve};
-use super::{assert_documented, operation, operations, request, send};
-use crate::common::TestLog;
+use super::{Document, assert_documented, operation, request, send};
+use crate::common::routes::operations;
+use crate::common::{Route, TestLog};
 
-/// Every `(method, path)` of `spec/API.md`, plus the document itself, with the statuses the
-/// contract gives it on a server with a token (without one, no `401`).
-const ROUTES: &[(&str, &str, &str)] = &[
-    ("post", "/topics/{topic}/records", "202 400 401 413 500 503"),
-    (
-        "post",
-        "/topics/{topic}/partitions/{partition}/records",
-        "202 400 401 404 413 500 503",
-    ),
-    (
-        "get",
-        "/topics/{topic}/partitions/{partition}/records",
-        "200 400 401 404 410 500 503",
-    ),
-    (
-        "get",
-        "/topics/{topic}/groups/{group}/poll",
-        "200 400 401 410 500 503",
-    ),
-    (
-        "post",
-        "/topics/{topic}/groups/{group}/commit",
-        "200 400 401 404 413 500 503",
-    ),
-    (
-        "put",
-        "/topics/{topic}/partitions/{partition}/cursors/{group}",
-        "200 400 401 404 413 500 503",
-    ),
-    (
-        "get",
-        "/topics/{topic}/partitions/{partition}/cursors",
-        "200 400 401 404 500 503",
-    ),
-    (
-        "delete",
-        "/topics/{topic}/partitions/{partition}/cursors/{group}",
-        "204 400 401 404 500 503",
-    ),
-    (
-        "post",
-        "/topics/{topic}/partitions/{partition}/groups/{group}/leases",
-        "200 204 400 401 404 409 410 500 503",
-    ),
-    (
-        "post",
-        "/topics/{topic}/groups/{group}/leases",
-        "200 204 400 401 409 410 500 503",
-    ),
-    (
-        "post",
-        "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/ack",
-        "200 400 401 404 409 500 503",
-    ),
-    (
-        "post",
-        "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/nack",
-        "204 400 401 404 409 413 500 503",
-    ),
-    (
-        "post",
-        "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/extend",
-        "200 400 401 404 409 500 503",
-    ),
-    (
-        "get",
-        "/topics/{topic}/partitions/{partition}/groups/{group}/leases",
-        "200 400 401 404 409 500 503",
-    ),
-    (
-        "get",
-        "/topics/{topic}/partitions/{partition}/bounds",
-        "200 400 401 404 500 503",
-    ),
-    (
-        "get",
-        "/topics/{topic}/partitions/{partition}/load",
-        "200 400 401 404 500 503",
-    ),
-    (
-        "post",
-        "/topics/{topic}/partitions/{partition}/trim",
-        "200 400 401 404 500 503",
-    ),
-    (
-        "post",
-        "/topics/{topic}/partitions/{partition}/cold/forget",
-        "200 400 401 404 413 500 503",
-    ),
-    ("get", "/topics", "200 401 500 503"),
-    ("get", "/topics/{topic}", "200 400 401 500 503"),
-    ("get", "/healthz", "200"),
-    ("get", "/metrics", "200 401"),
-    ("get", "/openapi.json", "200 401"),
-];
+/// How many operations the contract (`spec/API.md`) has under `/topics`; besides them, the
+/// document lists `/healthz`, `/metrics` and itself.
+const API_OPERATIONS: usize = 20;
 
-/// The document of a server with a token is OpenAPI 3, lists exactly the routes of the contract
-/// with their methods and statuses, declares each path parameter, and describes errors with one
-/// shared schema.
+/// The operations that read from an offset, which retention may have deleted (`410`).
+const READ_FROM_AN_OFFSET: &[&str] = &["readRecords", "pollGroup", "claimLease", "claimAnyLease"];
+
+/// The statuses the contract gives `route` on a server with a token, stated by rule (without a
+/// token, the same but `401`).
+fn contract_statuses(route: &Route) -> BTreeSet<u16> {
+    let post = route.method == Method::POST;
+    let mut statuses = BTreeSet::new();
+    // Success: a produce is accepted (202); a claim may find nothing to lease, and a deletion
+    // and a nack answer without a body (204); everything else is 200.
+    match route.path.rsplit('/').next().unwrap_or_default() {
+        "records" if post => statuses.extend([202]),
+        "leases" if post => statuses.extend([200, 204]),
+        "nack" => statuses.extend([204]),
+        _ if route.method == Method::DELETE => statuses.extend([204]),
+        _ => statuses.extend([200]),
+    }
+    // `/healthz` is open and answers from memory.
+    if route.path == "/healthz" {
+        return statuses;
+    }
+    // Every other route requires the token.
+    statuses.insert(401);
+    // `/metrics` and the document do not reach the log.
+    if !reaches_the_log(route) {
+        return statuses;
+    }
+    // Anything that reaches the log may find a partition unavailable, or its files damaged.
+    statuses.extend([500, 503]);
+    // A name in the path, a query parameter or a body may be invalid.
+    if route.path_parameters().next().is_some() || !route.query.is_empty() || route.has_body {
+        statuses.insert(400);
+    }
+    // A partition, in the path or among a group commit's offsets, may not exist.
+    if route.has("partition") || route.operation_id == "commitGroup" {
+        statuses.insert(404);
+    }
+    // A lease may not be held, or leases may be off for the topic.
+    if route.path.split('/').any(|segment| segment == "leases") {
+        statuses.insert(409);
+    }
+    // A body may be too large.
+    if route.has_body {
+        statuses.insert(413);
+    }
+    // A read may start below the oldest offset.
+    if READ_FROM_AN_OFFSET.contains(&route.operation_id.as_str()) {
+        statuses.insert(410);
+    }
+    statuses
+}
+
+/// Whether `route` is one of the log's, under `/topics`.
+fn reaches_the_log(route: &Route) -> bool {
+    route.path == "/topics" || route.path.starts_with("/topics/")
+}
+
+/// The document of a server with a token is OpenAPI 3, lists as many routes as the contract
+/// (the same as without a token), each with the statuses that the contract's rules give it
+/// ([`contract_statuses`]), declares each path parameter, and describes errors with one shared
+/// schema.
 #[actix::test]
 async fn document_lists_every_route_of_the_contract() {
     let log = TestLog::with(|config| config.server.auth_token = "s3cret".into());
@@ -133,19 +103,24 @@ async fn document_lists_every_route_of_the_contract() {
     assert_eq!(document["info"]["title"], "durability");
     assert_eq!(document["info"]["version"], env!("CARGO_PKG_VERSION"));
 
-    let mut listed: Vec<(String, String)> = operations(&document)
-        .into_iter()
-        .map(|(method, path, _)| (method.to_owned(), path.to_owned()))
-        .collect();
-    listed.sort();
-    let mut expected: Vec<(String, String)> = ROUTES
-        .iter()
-        .map(|(method, path, _)| (method.to_string(), path.to_string()))
-        .collect();
-    expected.sort();
+    // The routes: the same with a token as without one (`common::routes()`), and as many as
+    // the contract has.
+    let routes = operations(&document);
+    let signature = |route: &Route| format!("{} {}", route.method, route.path);
     assert_eq!(
-        listed, expected,
-        "the document's routes differ from the contract's"
+        routes.iter().map(signature).collect::<Vec<_>>(),
+        crate::common::routes()
+            .iter()
+            .map(signature)
+            .collect::<Vec<_>>(),
+        "the routes of a server with a token differ"
+    );
+    let (api, others): (Vec<&Route>, Vec<&Route>) =
+        routes.iter().partition(|route| reaches_the_log(route));
+    assert_eq!(api.len(), API_OPERATIONS, "operations under /topics");
+    assert_eq!(
+        others.into_iter().map(signature).collect::<Vec<_>>(),
+        ["GET /healthz", "GET /metrics", "GET /openapi.json"]
     );
 
     assert_eq!(
@@ -181,16 +156,17 @@ async fn document_lists_every_route_of_the_contract() {
         ["$.error.surprise: the document does not describe it"]
     );
 
-    let mut operation_ids = std::collections::BTreeSet::new();
-    for (method, path, statuses) in ROUTES {
-        let operation = operation(&document, method, path);
-        let id = operation["operationId"].as_str().expect("an operationId");
+    let mut operation_ids = BTreeSet::new();
+    for route in &routes {
+        let (method, path) = (route.method.as_str().to_ascii_lowercase(), &route.path);
+        let operation = operation(&document, &method, path);
+        let id = &route.operation_id;
         assert!(operation_ids.insert(id), "operationId {id} is used twice");
 
+        let documented: Vec<u16> = route.statuses().collect();
+        let expected: Vec<u16> = contract_statuses(route).into_iter().collect();
+        assert_eq!(documented, expected, "{route}");
         let responses = operation["responses"].as_object().expect("responses");
-        let documented: Vec<&str> = responses.keys().map(String::as_str).collect();
-        let expected: Vec<&str> = statuses.split(' ').collect();
-        assert_eq!(documented, expected, "{method} {path}");
         for (status, response) in responses {
             if status.starts_with(['4', '5']) {
                 assert_eq!(
@@ -200,10 +176,7 @@ async fn document_lists_every_route_of_the_contract() {
             }
         }
 
-        let in_path: Vec<&str> = path
-            .split('/')
-            .filter_map(|segment| segment.strip_prefix('{')?.strip_suffix('}'))
-            .collect();
+        let in_path: Vec<&str> = route.path_parameters().collect();
         let declared: Vec<&str> = operation["parameters"]
             .as_array()
             .into_iter()
@@ -213,7 +186,7 @@ async fn document_lists_every_route_of_the_contract() {
             .collect();
         assert_eq!(declared, in_path, "{method} {path}: path parameters");
 
-        if *path == "/healthz" {
+        if path == "/healthz" {
             assert_eq!(operation["security"], json!([]), "/healthz needs no token");
         } else {
             assert!(operation.get("security").is_none(), "{method} {path}");
@@ -260,7 +233,8 @@ async fn document_requires_the_token() {
     let right = request("get", "/openapi.json", None, Some("s3cret")).to_request();
     let (status, document) = send(&app, right).await;
     assert_eq!(status, 200);
-    assert_documented(&document, "get", "/openapi.json", 401, &body);
+    let document = &Document::new(document);
+    assert_documented(document, "get", "/openapi.json", 401, &body);
 
     let big = json!([{"payload": "x".repeat(100)}]);
     let (status, body) = send(
@@ -276,7 +250,7 @@ async fn document_requires_the_token() {
     .await;
     assert_eq!(status, 413);
     assert_documented(
-        &document,
+        document,
         "post",
         "/topics/{topic}/partitions/{partition}/records",
         status,
@@ -285,7 +259,8 @@ async fn document_requires_the_token() {
 }
 
 /// A server without a token serves a document without a security requirement and without
-/// `401` answers: no operation requires anything, and none answers `401` (with a token, see
+/// `401` answers: no operation requires anything, none answers `401`, and each lists the
+/// statuses of the contract but that one (with a token, see
 /// `document_lists_every_route_of_the_contract`).
 #[actix::test]
 async fn no_security_without_a_token() {
@@ -307,11 +282,23 @@ async fn no_security_without_a_token() {
         "{}",
         document["components"]["securitySchemes"]
     );
-    for (method, path, operation) in operations(&document) {
-        assert!(operation.get("security").is_none(), "{method} {path}");
+    for route in operations(&document) {
+        let operation = operation(
+            &document,
+            &route.method.as_str().to_ascii_lowercase(),
+            &route.path,
+        );
+        assert!(operation.get("security").is_none(), "{route}");
         assert!(
             operation["responses"].get("401").is_none(),
-            "{method} {path} lists a 401 that a server without a token never answers"
+            "{route} lists a 401 that a server without a token never answers"
+        );
+        let mut expected = contract_statuses(&route);
+        expected.remove(&401);
+        assert_eq!(
+            route.statuses().collect::<Vec<_>>(),
+            expected.into_iter().collect::<Vec<_>>(),
+            "{route}"
         );
     }
 }

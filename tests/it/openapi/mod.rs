@@ -9,6 +9,9 @@
 //! - [`request_rules`]: the request rules and limits it states, and the server at each edge;
 //! - [`schema`]: the JSON Schema subset that the checks above use.
 
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceResponse};
 use actix_web::http::Method;
@@ -18,10 +21,63 @@ use serde_json::Value;
 
 use schema::check;
 
-/// The HTTP methods an OpenAPI path item may hold.
-const METHODS: &[&str] = &[
-    "get", "put", "post", "delete", "options", "head", "patch", "trace",
-];
+/// A served OpenAPI document, and the operations whose answers a test checked against it (see
+/// [`Document::assert_every_route_answered`]). It derefs to the document's JSON.
+struct Document {
+    json: Value,
+    answered: RefCell<BTreeSet<(String, String)>>,
+}
+
+impl Document {
+    fn new(json: Value) -> Self {
+        Self {
+            json,
+            answered: RefCell::default(),
+        }
+    }
+
+    /// The document's response `status` of `method template`, noting that the operation
+    /// answered; panics when the operation does not list that status.
+    fn response(&self, method: &str, template: &str, status: u16, body: &Value) -> &Value {
+        let response = &operation(self, method, template)["responses"][status.to_string()];
+        assert!(
+            response.is_object(),
+            "{method} {template} answered {status}, which the document does not list: {body}"
+        );
+        self.answered
+            .borrow_mut()
+            .insert((method.to_owned(), template.to_owned()));
+        response
+    }
+
+    /// Panics unless every operation of the document answered a request of the test, so that a
+    /// route added to the document cannot go unchecked.
+    fn assert_every_route_answered(&self) {
+        let every: BTreeSet<(String, String)> = crate::common::routes()
+            .iter()
+            .map(|route| {
+                (
+                    route.method.as_str().to_ascii_lowercase(),
+                    route.path.clone(),
+                )
+            })
+            .collect();
+        let answered = self.answered.borrow();
+        let missing: Vec<_> = every.difference(&answered).collect();
+        assert!(
+            missing.is_empty(),
+            "no answer of these operations was checked: {missing:?}"
+        );
+    }
+}
+
+impl std::ops::Deref for Document {
+    type Target = Value;
+
+    fn deref(&self) -> &Value {
+        &self.json
+    }
+}
 
 /// Sends `request` and returns the status and the JSON body (`Null` when empty).
 async fn send<S, R, B>(app: &S, request: R) -> (u16, Value)
@@ -83,28 +139,10 @@ fn operation<'a>(document: &'a Value, method: &str, template: &str) -> &'a Value
     operation
 }
 
-/// Every operation of the document, as `(method, path, operation)`.
-fn operations(document: &Value) -> Vec<(&str, &str, &Value)> {
-    let paths = document["paths"].as_object().expect("paths");
-    paths
-        .iter()
-        .flat_map(|(path, item)| {
-            METHODS.iter().filter_map(move |method| {
-                item.get(*method)
-                    .map(|operation| (*method, path.as_str(), operation))
-            })
-        })
-        .collect()
-}
-
 /// Checks an answer against the document: the operation lists its status, and the body matches
 /// that response's JSON schema (or is empty when the response has no content).
-fn assert_documented(document: &Value, method: &str, template: &str, status: u16, body: &Value) {
-    let response = &operation(document, method, template)["responses"][status.to_string()];
-    assert!(
-        response.is_object(),
-        "{method} {template} answered {status}, which the document does not list: {body}"
-    );
+fn assert_documented(document: &Document, method: &str, template: &str, status: u16, body: &Value) {
+    let response = document.response(method, template, status, body);
     let Some(content) = response.get("content") else {
         assert_eq!(
             body,

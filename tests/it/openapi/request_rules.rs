@@ -4,7 +4,7 @@
 use actix_web::{App, test};
 use serde_json::{Value, json};
 
-use super::{assert_documented, operation, request, send};
+use super::{Document, assert_documented, operation, request, send};
 use crate::common::TestLog;
 
 /// The document states the rules the server enforces on requests, with this server's limits:
@@ -28,7 +28,7 @@ async fn document_states_the_request_rules() {
         request("get", "/openapi.json", None, None).to_request(),
     )
     .await;
-    let document = &document;
+    let document = &Document::new(document);
     let schemas = &document["components"]["schemas"];
     let body = |method: &str, path: &str| operation(document, method, path)["requestBody"].clone();
 
