@@ -10,7 +10,7 @@ mod rng;
 pub mod routes;
 
 pub use rng::Rng;
-pub use routes::{Route, routes};
+pub use routes::{Route, route, routes};
 
 /// The time every test clock starts at (as in the original library's tests).
 pub const START_MS: i64 = 1_800_000_000_000;

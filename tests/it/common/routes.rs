@@ -40,6 +40,19 @@ impl Route {
     pub fn statuses(&self) -> impl Iterator<Item = u16> + '_ {
         self.responses.iter().map(|(status, _)| *status)
     }
+
+    /// The path with each `{name}` replaced by `value(name)`, which must be percent-encoded
+    /// already.
+    pub fn uri(&self, mut value: impl FnMut(&str) -> String) -> String {
+        self.path
+            .split('/')
+            .map(|segment| match parameter_name(segment) {
+                Some(name) => value(name),
+                None => segment.to_owned(),
+            })
+            .collect::<Vec<_>>()
+            .join("/")
+    }
 }
 
 impl std::fmt::Display for Route {
@@ -63,6 +76,14 @@ pub fn routes() -> &'static [Route] {
             .expect("the document serializes");
         operations(&serde_json::from_str(&document).expect("the document is JSON"))
     })
+}
+
+/// The route of `routes()` with this `operationId`.
+pub fn route(operation_id: &str) -> &'static Route {
+    routes()
+        .iter()
+        .find(|route| route.operation_id == operation_id)
+        .unwrap_or_else(|| panic!("the document has no operation {operation_id}"))
 }
 
 /// The methods an OpenAPI path item may hold.

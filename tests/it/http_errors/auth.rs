@@ -4,26 +4,24 @@ use actix_web::http::Method;
 use actix_web::{App, test};
 use serde_json::{Value, json};
 
-use super::{assert_error, build};
-use crate::common::{TestLog, respond, stored_partitions};
+use super::{assert_error, build, uri_of};
+use crate::common::{TestLog, respond, routes, stored_partitions};
 
 /// With an auth token, a missing, wrong or malformed `Authorization` is `401 unauthorized` on
-/// every route, including unknown paths, and writes nothing; `/healthz` stays open.
+/// every route of the document, and on unknown paths, and writes nothing; `/healthz` stays
+/// open.
 #[actix::test]
 async fn unauthorized_is_401() {
     let t = TestLog::with(|config| config.server.auth_token = "s3cret".into());
     let app =
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
-    let requests = [
-        (Method::GET, "/topics"),
-        (Method::GET, "/topics/events"),
-        (Method::POST, "/topics/events/partitions/0/records"),
-        (Method::POST, "/topics/events/records"),
-        (Method::GET, "/topics/events/partitions/0/records"),
-        (Method::GET, "/topics/events/groups/g/poll"),
-        (Method::POST, "/topics/events/partitions/0/trim"),
-        (Method::GET, "/nowhere"),
-    ];
+    // Every route of the document but `/healthz` (checked below), and a path that is none.
+    let mut requests: Vec<(Method, String)> = routes()
+        .iter()
+        .filter(|route| route.path != "/healthz")
+        .map(|route| (route.method.clone(), uri_of(route, &[])))
+        .collect();
+    requests.push((Method::GET, "/nowhere".to_owned()));
     let headers = [
         None,
         Some("Bearer wrong"),
@@ -33,13 +31,13 @@ async fn unauthorized_is_401() {
         Some("s3cret"),
         Some("Bearer"),
     ];
-    for (method, uri) in requests {
+    for (method, uri) in &requests {
         for header in headers {
             let mut request = test::TestRequest::default().method(method.clone()).uri(uri);
             if let Some(header) = header {
                 request = request.insert_header(("authorization", header));
             }
-            if method == Method::POST {
+            if [Method::POST, Method::PUT].contains(method) {
                 request = request.set_payload(r#"[{"partitionKey": "k", "payload": 1}]"#);
             }
             let response = test::call_service(&app, request.to_request()).await;

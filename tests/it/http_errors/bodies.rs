@@ -1,17 +1,19 @@
 //! Bodies the server refuses: malformed or mistyped JSON and bad deduplication keys are
 //! `400 invalid_request`, and a refused append creates no partition.
 
+use std::collections::BTreeSet;
+
 use actix_web::http::Method;
 use actix_web::{App, test};
 use serde_json::json;
 
-use super::{assert_error, build, seed, state_of};
-use crate::common::{TestLog, respond, stored_partitions};
+use super::{assert_error, build, seed, state_of, uri_of};
+use crate::common::{TestLog, respond, route, routes, stored_partitions};
 
 /// Malformed JSON, wrong types, missing required fields (`payload`, `partitionKey`,
 /// `offset`, `offsets`), unknown fields, an empty batch, integers that do not fit a signed
-/// 64-bit value and arrays where objects are expected in a body are `400 invalid_request`, and
-/// change nothing.
+/// 64-bit value and arrays where objects are expected in a body are `400 invalid_request`, on
+/// every route of the document that takes a body, and change nothing.
 #[actix::test]
 async fn invalid_request_for_bad_bodies() {
     let t = TestLog::with(|_| {});
@@ -22,119 +24,90 @@ async fn invalid_request_for_bad_bodies() {
     let before = state_of(&t, "events").await;
     let files = stored_partitions(&t.config.storage.data_dir);
 
-    let cases: &[(&str, &str)] = &[
-        // Produce, keyed.
+    // By operationId; the last body of each is an array where an object is expected, or the
+    // reverse (serde's structs would take their fields in order).
+    let cases: &[(&str, &[&str])] = &[
         (
-            "/topics/events/records",
-            r#"[{"partitionKey": "user-1", "payload": 1"#,
-        ),
-        ("/topics/events/records", "not json"),
-        ("/topics/events/records", ""),
-        (
-            "/topics/events/records",
-            r#"{"partitionKey": "user-1", "payload": 1}"#,
-        ),
-        ("/topics/events/records", r#"[{"payload": 1}]"#),
-        ("/topics/events/records", r#"[{"partitionKey": "user-1"}]"#),
-        (
-            "/topics/events/records",
-            r#"[{"partitionKey": 7, "payload": 1}]"#,
-        ),
-        (
-            "/topics/events/records",
-            r#"[{"partitionKey": "user-1", "payload": 1, "key": 5}]"#,
-        ),
-        ("/topics/events/records", "[]"),
-        (
-            "/topics/events/records",
-            r#"[{"partitionKey": "user-1", "payload": 1}, 3]"#,
-        ),
-        // Produce, one partition.
-        ("/topics/events/partitions/0/records", r#"[{"payload": 1},"#),
-        ("/topics/events/partitions/0/records", r#"[{"key": "k"}]"#),
-        (
-            "/topics/events/partitions/0/records",
-            r#"[{"payload": 1, "key": ["k"]}]"#,
-        ),
-        ("/topics/events/partitions/0/records", r#"{"payload": 1}"#),
-        ("/topics/events/partitions/0/records", "[]"),
-        // Group commit.
-        ("/topics/events/groups/billing/commit", "{}"),
-        (
-            "/topics/events/groups/billing/commit",
-            r#"{"offsets": [1]}"#,
+            "produceEvents",
+            &[
+                r#"[{"partitionKey": "user-1", "payload": 1"#,
+                "not json",
+                "",
+                r#"{"partitionKey": "user-1", "payload": 1}"#,
+                r#"[{"payload": 1}]"#,
+                r#"[{"partitionKey": "user-1"}]"#,
+                r#"[{"partitionKey": 7, "payload": 1}]"#,
+                r#"[{"partitionKey": "user-1", "payload": 1, "key": 5}]"#,
+                "[]",
+                r#"[{"partitionKey": "user-1", "payload": 1}, 3]"#,
+                r#"[["user-1", {"a": 1}]]"#,
+            ],
         ),
         (
-            "/topics/events/groups/billing/commit",
-            r#"{"offsets": {"0": "2"}}"#,
+            "appendRecords",
+            &[
+                r#"[{"payload": 1},"#,
+                r#"[{"key": "k"}]"#,
+                r#"[{"payload": 1, "key": ["k"]}]"#,
+                r#"{"payload": 1}"#,
+                "[]",
+                r#"[[{"a": 1}, "dedup-x"]]"#,
+            ],
         ),
         (
-            "/topics/events/groups/billing/commit",
-            r#"{"offsets": {"0": 1.5}}"#,
+            "commitGroup",
+            &[
+                "{}",
+                r#"{"offsets": [1]}"#,
+                r#"{"offsets": {"0": "2"}}"#,
+                r#"{"offsets": {"0": 1.5}}"#,
+                r#"{"offsets": {"0": 9223372036854775808}}"#,
+                r#"{"offsets": {"0": 2}"#,
+                r#"[{"0": 1}]"#,
+            ],
         ),
         (
-            "/topics/events/groups/billing/commit",
-            r#"{"offsets": {"0": 9223372036854775808}}"#,
+            "forgetCold",
+            &["{}", r#"{"before": 18446744073709551616}"#, "[0]"],
         ),
         (
-            "/topics/events/groups/billing/commit",
-            r#"{"offsets": {"0": 2}"#,
-        ),
-        // Cold forget.
-        ("/topics/events/partitions/0/cold/forget", "{}"),
-        (
-            "/topics/events/partitions/0/cold/forget",
-            r#"{"before": 18446744073709551616}"#,
-        ),
-        // Nack.
-        (
-            "/topics/events/partitions/0/groups/billing/leases/nope/nack",
-            r#"{"delayMs": "soon"}"#,
+            "nackLease",
+            &[
+                r#"{"delayMs": "soon"}"#,
+                r#"{"delayMs": 9223372036854775808}"#,
+                r#"{"delayMs": -1}"#,
+                "[5000]",
+            ],
         ),
         (
-            "/topics/events/partitions/0/groups/billing/leases/nope/nack",
-            r#"{"delayMs": 9223372036854775808}"#,
-        ),
-        (
-            "/topics/events/partitions/0/groups/billing/leases/nope/nack",
-            r#"{"delayMs": -1}"#,
-        ),
-        // Arrays where objects are expected (serde's structs would take their fields in order).
-        (
-            "/topics/events/partitions/0/records",
-            r#"[[{"a": 1}, "dedup-x"]]"#,
-        ),
-        ("/topics/events/records", r#"[["user-1", {"a": 1}]]"#),
-        ("/topics/events/groups/billing/commit", r#"[{"0": 1}]"#),
-        ("/topics/events/partitions/0/cold/forget", "[0]"),
-        (
-            "/topics/events/partitions/0/groups/billing/leases/nope/nack",
-            "[5000]",
+            "putCursor",
+            &[
+                "",
+                "{}",
+                r#"{"offset": "2"}"#,
+                r#"{"offset": null}"#,
+                r#"{"offset": 9223372036854775808}"#,
+                r#"{"offset": 2"#,
+                r#"{"cursor": 2}"#,
+                "[1]",
+            ],
         ),
     ];
-    for (uri, body) in cases {
-        let answer = call!(app, Method::POST, uri, Some(body));
-        assert_error(&answer, 400, "invalid_request");
-    }
-
-    let put_cases = [
-        "",
-        "{}",
-        r#"{"offset": "2"}"#,
-        r#"{"offset": null}"#,
-        r#"{"offset": 9223372036854775808}"#,
-        r#"{"offset": 2"#,
-        r#"{"cursor": 2}"#,
-        "[1]",
-    ];
-    for body in put_cases {
-        let answer = call!(
-            app,
-            Method::PUT,
-            "/topics/events/partitions/0/cursors/billing",
-            Some(body),
-        );
-        assert_error(&answer, 400, "invalid_request");
+    // Every operation of the document that takes a body has its cases.
+    let known: BTreeSet<&str> = cases.iter().map(|(id, _)| *id).collect();
+    let with_a_body: BTreeSet<&str> = routes()
+        .iter()
+        .filter(|route| route.has_body)
+        .map(|route| route.operation_id.as_str())
+        .collect();
+    assert_eq!(known, with_a_body, "the operations that take a body");
+    for (operation_id, bodies) in cases {
+        let route = route(operation_id);
+        let uri = uri_of(route, &[("batchId", "nope")]);
+        for body in *bodies {
+            let answer = call!(app, route.method.clone(), &uri, Some(body));
+            assert_error(&answer, 400, "invalid_request");
+        }
     }
 
     assert_eq!(state_of(&t, "events").await, before);

@@ -5,8 +5,8 @@ use actix_web::http::Method;
 use actix_web::{App, test};
 use serde_json::{Value, json};
 
-use super::{assert_error, build, seed, state_of};
-use crate::common::{TestLog, respond};
+use super::{assert_error, build, seed, state_of, uri_of, valid_body};
+use crate::common::{TestLog, respond, routes};
 
 /// More records for one partition than `maxBatchSize` is `400 batch_too_large`, counted
 /// before deduplication, for a direct append and for a keyed produce (where the whole request
@@ -106,7 +106,8 @@ async fn record_too_large_writes_nothing() {
     assert_eq!(status, 202, "{body}");
 }
 
-/// A body above `server.max_body_bytes` is `413 payload_too_large` and writes nothing.
+/// A body above `server.max_body_bytes` is `413 payload_too_large`, on every route of the
+/// document that takes a body, and writes nothing.
 #[actix::test]
 async fn payload_too_large_is_413() {
     let t = TestLog::with(|config| {
@@ -141,6 +142,13 @@ async fn payload_too_large_is_413() {
         Some(&big_commit),
     );
     assert_error(&answer, 413, "payload_too_large");
+    // On every route of the document that takes a body: one that it takes, padded with
+    // whitespace beyond the limit.
+    for route in routes().iter().filter(|route| route.has_body) {
+        let body = format!("{}{}", valid_body(route).expect("a body"), " ".repeat(64));
+        let answer = call!(app, route.method.clone(), &uri_of(route, &[]), Some(&body));
+        assert_error(&answer, 413, "payload_too_large");
+    }
     assert_eq!(state_of(&t, "events").await, before);
 
     // At the limit, accepted.

@@ -16,7 +16,7 @@ use actix_web::test;
 use durability::store::{AppendOutcome, NewRecord};
 use serde_json::{Value, json};
 
-use crate::common::TestLog;
+use crate::common::{Route, TestLog};
 
 /// `call!(app, method, uri, body)`: sends a request (`body`: an optional JSON text) to the
 /// service and answers its status and JSON body (`Null` when empty).
@@ -50,6 +50,42 @@ fn assert_error(answer: &(u16, Value), status: u16, code: &str) -> Value {
         "{body}"
     );
     error.clone()
+}
+
+/// The URI of `route` with `events`, `0`, `billing` and `b` as its topic, partition, group and
+/// batch id, except where `names` gives another value (`("partition", "8")`). Panics on a path
+/// parameter it does not know, so that a route with a new one fails the tests that go over
+/// every route instead of being skipped.
+fn uri_of(route: &Route, names: &[(&str, &str)]) -> String {
+    route.uri(|name| {
+        let given = names.iter().find(|(given, _)| *given == name);
+        let value = given.map_or_else(
+            || match name {
+                "topic" => "events",
+                "partition" => "0",
+                "group" => "billing",
+                "batchId" => "b",
+                other => panic!("{route}: no value for the path parameter {{{other}}}"),
+            },
+            |(_, value)| *value,
+        );
+        value.to_owned()
+    })
+}
+
+/// A body that `route` takes (on a topic with a record in partition 0), or `None` when it takes
+/// none, by operationId. Panics on an operation whose body it does not know, so that a route
+/// added with a body fails the tests that go over every route instead of being skipped.
+fn valid_body(route: &Route) -> Option<&'static str> {
+    route.has_body.then(|| match route.operation_id.as_str() {
+        "produceEvents" => r#"[{"partitionKey": "k", "payload": 1}]"#,
+        "appendRecords" => r#"[{"payload": 1}]"#,
+        "commitGroup" => r#"{"offsets": {"0": 0}}"#,
+        "putCursor" => r#"{"offset": 0}"#,
+        "nackLease" => r#"{"delayMs": 5}"#,
+        "forgetCold" => r#"{"before": 0}"#,
+        _ => panic!("{route}: no valid body known for it"),
+    })
 }
 
 /// Appends keyless string records through the library; panics unless accepted.

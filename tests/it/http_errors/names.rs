@@ -6,12 +6,13 @@ use actix_web::http::Method;
 use actix_web::{App, test};
 use serde_json::json;
 
-use super::{assert_error, build, seed, state_of};
-use crate::common::{TestLog, respond, stored_partitions};
+use super::{assert_error, build, seed, state_of, uri_of, valid_body};
+use crate::common::{TestLog, respond, routes, stored_partitions};
 
 /// Bad topic names (`..`, a leading `.`, 129 characters, a space, a slash), a group with `/`,
 /// and a `{partition}` that is not a non-negative integer ("abc", "-1") are
-/// `400 invalid_name`, on reads and writes, and nothing is created on disk.
+/// `400 invalid_name` on every route of the document that has such a parameter, reads and
+/// writes, and nothing is created on disk.
 #[actix::test]
 async fn invalid_name_creates_nothing() {
     let t = TestLog::with(|_| {});
@@ -35,56 +36,9 @@ async fn invalid_name_creates_nothing() {
         "star*",
     ];
     for topic in bad_topics {
-        let cases = [
-            (
-                Method::POST,
-                format!("/topics/{topic}/partitions/0/records"),
-                Some(r#"[{"payload": 1}]"#),
-            ),
-            (
-                Method::POST,
-                format!("/topics/{topic}/records"),
-                Some(r#"[{"partitionKey": "k", "payload": 1}]"#),
-            ),
-            (
-                Method::GET,
-                format!("/topics/{topic}/partitions/0/records"),
-                None,
-            ),
-            (
-                Method::GET,
-                format!("/topics/{topic}/partitions/0/bounds"),
-                None,
-            ),
-            (
-                Method::GET,
-                format!("/topics/{topic}/groups/billing/poll"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/{topic}/groups/billing/commit"),
-                Some(r#"{"offsets": {"0": 0}}"#),
-            ),
-            (
-                Method::PUT,
-                format!("/topics/{topic}/partitions/0/cursors/billing"),
-                Some(r#"{"offset": 0}"#),
-            ),
-            (
-                Method::POST,
-                format!("/topics/{topic}/partitions/0/groups/billing/leases"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/{topic}/partitions/0/trim"),
-                None,
-            ),
-            (Method::GET, format!("/topics/{topic}"), None),
-        ];
-        for (method, uri, body) in cases {
-            let answer = call!(app, method, &uri, body);
+        for route in routes().iter().filter(|route| route.has("topic")) {
+            let uri = uri_of(route, &[("topic", topic)]);
+            let answer = call!(app, route.method.clone(), &uri, valid_body(route));
             assert_error(&answer, 400, "invalid_name");
         }
     }
@@ -107,94 +61,17 @@ async fn invalid_name_creates_nothing() {
         "caf%C3%A9",
     ];
     for group in bad_groups {
-        let cases = [
-            (
-                Method::GET,
-                format!("/topics/events/groups/{group}/poll"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/groups/{group}/commit"),
-                Some(r#"{"offsets": {"0": 1}}"#),
-            ),
-            (
-                Method::PUT,
-                format!("/topics/events/partitions/0/cursors/{group}"),
-                Some(r#"{"offset": 1}"#),
-            ),
-            (
-                Method::DELETE,
-                format!("/topics/events/partitions/0/cursors/{group}"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/partitions/0/groups/{group}/leases"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/groups/{group}/leases"),
-                None,
-            ),
-            (
-                Method::GET,
-                format!("/topics/events/partitions/0/groups/{group}/leases"),
-                None,
-            ),
-        ];
-        for (method, uri, body) in cases {
-            let answer = call!(app, method, &uri, body);
+        for route in routes().iter().filter(|route| route.has("group")) {
+            let uri = uri_of(route, &[("group", group)]);
+            let answer = call!(app, route.method.clone(), &uri, valid_body(route));
             assert_error(&answer, 400, "invalid_name");
         }
     }
 
     for partition in ["abc", "-1", "1.0", "%2B1", "0x1", "%200"] {
-        let cases = [
-            (
-                Method::GET,
-                format!("/topics/events/partitions/{partition}/records"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/partitions/{partition}/records"),
-                Some(r#"[{"payload": 1}]"#),
-            ),
-            (
-                Method::GET,
-                format!("/topics/events/partitions/{partition}/bounds"),
-                None,
-            ),
-            (
-                Method::GET,
-                format!("/topics/events/partitions/{partition}/load"),
-                None,
-            ),
-            (
-                Method::GET,
-                format!("/topics/events/partitions/{partition}/cursors"),
-                None,
-            ),
-            (
-                Method::PUT,
-                format!("/topics/events/partitions/{partition}/cursors/billing"),
-                Some(r#"{"offset": 0}"#),
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/partitions/{partition}/trim"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/partitions/{partition}/cold/forget"),
-                Some(r#"{"before": 0}"#),
-            ),
-        ];
-        for (method, uri, body) in cases {
-            let answer = call!(app, method, &uri, body);
+        for route in routes().iter().filter(|route| route.has("partition")) {
+            let uri = uri_of(route, &[("partition", partition)]);
+            let answer = call!(app, route.method.clone(), &uri, valid_body(route));
             assert_error(&answer, 400, "invalid_name");
         }
         // In a group commit's body as well.
@@ -215,7 +92,8 @@ async fn invalid_name_creates_nothing() {
 }
 
 /// A partition index at or beyond the topic's partition count is `404 unknown_partition` on
-/// every partition route and inside a group commit's body (which is then refused whole).
+/// every route of the document with a `{partition}` and inside a group commit's body (which is
+/// then refused whole).
 #[actix::test]
 async fn unknown_partition_is_404() {
     let t = TestLog::with(|_| {});
@@ -232,70 +110,9 @@ async fn unknown_partition_is_404() {
         "4294967296",
         "99999999999999999999999",
     ] {
-        let cases = [
-            (
-                Method::GET,
-                format!("/topics/events/partitions/{partition}/records"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/partitions/{partition}/records"),
-                Some(r#"[{"payload": 1}]"#),
-            ),
-            (
-                Method::GET,
-                format!("/topics/events/partitions/{partition}/bounds"),
-                None,
-            ),
-            (
-                Method::GET,
-                format!("/topics/events/partitions/{partition}/load"),
-                None,
-            ),
-            (
-                Method::GET,
-                format!("/topics/events/partitions/{partition}/cursors"),
-                None,
-            ),
-            (
-                Method::PUT,
-                format!("/topics/events/partitions/{partition}/cursors/billing"),
-                Some(r#"{"offset": 0}"#),
-            ),
-            (
-                Method::DELETE,
-                format!("/topics/events/partitions/{partition}/cursors/billing"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/partitions/{partition}/groups/billing/leases"),
-                None,
-            ),
-            (
-                Method::GET,
-                format!("/topics/events/partitions/{partition}/groups/billing/leases"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/partitions/{partition}/groups/billing/leases/b/ack"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/partitions/{partition}/trim"),
-                None,
-            ),
-            (
-                Method::POST,
-                format!("/topics/events/partitions/{partition}/cold/forget"),
-                Some(r#"{"before": 0}"#),
-            ),
-        ];
-        for (method, uri, body) in cases {
-            let answer = call!(app, method, &uri, body);
+        for route in routes().iter().filter(|route| route.has("partition")) {
+            let uri = uri_of(route, &[("partition", partition)]);
+            let answer = call!(app, route.method.clone(), &uri, valid_body(route));
             assert_error(&answer, 404, "unknown_partition");
         }
     }

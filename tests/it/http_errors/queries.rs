@@ -7,12 +7,13 @@ use actix_web::http::Method;
 use actix_web::{App, test};
 use serde_json::json;
 
-use super::{assert_error, build, seed, state_of};
-use crate::common::{TestLog, respond};
+use super::{assert_error, build, seed, state_of, uri_of, valid_body};
+use crate::common::{TestLog, respond, routes};
 
 /// Query parameters out of range are `400 invalid_request`: `limit` 0, negative or not a
 /// number, a negative or non-numeric `waitMs`, and a `from` or `limit` that does not fit a
-/// signed 64-bit integer; on reads, group polls and lease claims alike.
+/// signed 64-bit integer; on every route of the document that declares the parameter (reads,
+/// group polls and lease claims alike).
 #[actix::test]
 async fn invalid_request_for_bad_query_parameters() {
     let t = TestLog::with(|_| {});
@@ -21,52 +22,46 @@ async fn invalid_request_for_bad_query_parameters() {
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
     let before = state_of(&t, "events").await;
 
-    let queries = [
-        "limit=0",
-        "limit=-3",
-        "limit=ten",
-        "limit=",
-        "limit=1.5",
-        "limit=9223372036854775808",
-        "waitMs=-1",
-        "waitMs=soon",
-        "waitMs=9223372036854775808",
-        "from=abc",
-        "from=",
-        "from=1e3",
-        "from=9223372036854775808",
-        "from=18446744073709551615",
+    // The bad values of each query parameter, by name: every parameter that a route of the
+    // document declares must be here.
+    let bad_values: &[(&str, &[&str])] = &[
+        (
+            "from",
+            &[
+                "abc",
+                "",
+                "1e3",
+                "9223372036854775808",
+                "18446744073709551615",
+            ],
+        ),
+        (
+            "limit",
+            &[
+                "0",
+                "-3",
+                "ten",
+                "x",
+                "many",
+                "",
+                "1.5",
+                "9223372036854775808",
+            ],
+        ),
+        ("waitMs", &["-1", "-5", "soon", "9223372036854775808"]),
     ];
-    for query in queries {
-        let answer = call!(
-            app,
-            Method::GET,
-            &format!("/topics/events/partitions/0/records?{query}"),
-            None,
-        );
-        assert_error(&answer, 400, "invalid_request");
-    }
-    for query in [
-        "limit=0",
-        "limit=x",
-        "waitMs=-5",
-        "waitMs=9223372036854775808",
-    ] {
-        let answer = call!(
-            app,
-            Method::GET,
-            &format!("/topics/events/groups/billing/poll?{query}"),
-            None,
-        );
-        assert_error(&answer, 400, "invalid_request");
-    }
-    for uri in [
-        "/topics/events/partitions/0/groups/billing/leases?limit=0",
-        "/topics/events/partitions/0/groups/billing/leases?limit=many",
-        "/topics/events/groups/billing/leases?limit=0",
-    ] {
-        let answer = call!(app, Method::POST, uri, None);
-        assert_error(&answer, 400, "invalid_request");
+    for route in routes() {
+        for parameter in &route.query {
+            let (_, values) = bad_values
+                .iter()
+                .find(|(name, _)| name == parameter)
+                .unwrap_or_else(|| panic!("{route}: no bad values known for {parameter}"));
+            for value in *values {
+                let uri = format!("{}?{parameter}={value}", uri_of(route, &[]));
+                let answer = call!(app, route.method.clone(), &uri, valid_body(route));
+                assert_error(&answer, 400, "invalid_request");
+            }
+        }
     }
     // A lease claim with a bad limit leased nothing.
     assert!(
