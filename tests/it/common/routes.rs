@@ -41,6 +41,15 @@ impl Route {
         self.responses.iter().map(|(status, _)| *status)
     }
 
+    /// Whether the operation lists `status`; `Some` with the content type of that answer's body
+    /// (`None` when it has none).
+    pub fn response(&self, status: u16) -> Option<Option<&str>> {
+        self.responses
+            .iter()
+            .find(|(listed, _)| *listed == status)
+            .map(|(_, content)| content.as_deref())
+    }
+
     /// The path with each `{name}` replaced by `value(name)`, which must be percent-encoded
     /// already.
     pub fn uri(&self, mut value: impl FnMut(&str) -> String) -> String {

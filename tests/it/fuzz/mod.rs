@@ -1,7 +1,8 @@
 //! Robustness fuzzing with proptest (bounded, in process; cargo-fuzz is not used in CI):
-//! arbitrary requests sent to every route of the REST server must answer a 2xx or a 4xx in the
-//! contract's JSON error shape and create nothing on disk unless a write succeeded, and
-//! corrupted cold segments must read back as truncation, never as different data.
+//! arbitrary requests sent to every route of the REST server (from its OpenAPI document) must
+//! answer a 2xx or a 4xx in the contract's JSON error shape and create nothing on disk unless a
+//! write succeeded, and corrupted cold segments must read back as truncation, never as
+//! different data.
 //!
 //! Proptest persistence files are off (`failure_persistence: None`); a failing case found by
 //! a run is kept in [`regressions`] as an explicit test. Runs are reproducible: the seed is

@@ -1,6 +1,6 @@
-//! Request decoding: arbitrary requests sent to every route of the REST server must answer a
-//! 2xx or a 4xx in the contract's JSON error shape, and create nothing on disk unless a write
-//! succeeded.
+//! Request decoding: arbitrary requests sent to every route of the REST server, as its OpenAPI
+//! document lists them, must answer a 2xx that the document lists or a 4xx in the contract's
+//! JSON error shape, and create nothing on disk unless a write succeeded.
 //!
 //! - [`model`]: what a fuzz request is, and the contract's rules for names;
 //! - [`strategies`]: how proptest generates them, shaped or not.
@@ -60,23 +60,24 @@ const MAX_FUZZ_WAIT_MS: i64 = 20;
 struct Written(BTreeSet<(String, u32)>);
 
 impl Written {
-    /// Notes what a 2xx answer to `request` may have created.
+    /// Notes what a 2xx answer to `request` may have created: the partitions that a produce,
+    /// an append, a cursor or a commit wrote (the routes whose bodies say what to write).
     fn note(&mut self, request: &FuzzRequest, answer: &Value) {
         let topic = &request.topic.text;
-        match request.route {
-            Route::ProduceKeyed => {
+        match request.target.shape() {
+            Shape::Events => {
                 for record in answer["records"].as_array().into_iter().flatten() {
                     if let Some(p) = record["partition"].as_u64() {
                         self.0.insert((topic.clone(), p as u32));
                     }
                 }
             }
-            Route::ProduceDirect | Route::PutCursor => {
+            Shape::Records | Shape::Cursor => {
                 if let Ok(p) = request.partition.text.parse::<u32>() {
                     self.0.insert((topic.clone(), p));
                 }
             }
-            Route::Commit => {
+            Shape::Commit => {
                 for key in answer["cursors"]
                     .as_object()
                     .into_iter()
@@ -87,7 +88,7 @@ impl Written {
                     }
                 }
             }
-            _ => {}
+            Shape::Nack | Shape::Forget | Shape::None => {}
         }
     }
 
@@ -106,24 +107,29 @@ impl Written {
     }
 }
 
-/// Checks one answer against the contract: a 2xx, or a 4xx whose body is exactly
+/// Checks one answer against the contract: a 2xx that the document lists for the route, with a
+/// JSON object when the document says JSON; or a 4xx whose body is exactly
 /// `{"error": {"code", "message", ...}}` with a contract code matching the status; never a
 /// 2xx for a bad name or partition.
 fn check_answer(request: &FuzzRequest, status: u16, answer: &Value) -> Result<(), String> {
     match status {
         200..=299 => {
-            if status != 204 && !(answer.is_object()) {
+            let target = request.target;
+            let json = match target {
+                Target::Route(route, _) => match route.response(status) {
+                    Some(content) => content == Some("application/json"),
+                    None => return Err(format!("{status}, which {route} does not list: {answer}")),
+                },
+                Target::Raw => status != 204,
+            };
+            if json && !answer.is_object() {
                 return Err(format!(
                     "{status} with a body that is not a JSON object: {answer}"
                 ));
             }
-            let route = request.route;
-            let bad_name = route != Route::Topics
-                && route != Route::Raw
-                && (!valid_topic(&request.topic.text)
-                    || (route.has_group() && !valid_group(&request.group.text))
-                    || (route.has_partition()
-                        && valid_partition(&request.partition.text).is_none()));
+            let bad_name = (target.has("topic") && !valid_topic(&request.topic.text))
+                || (target.has("group") && !valid_group(&request.group.text))
+                || (target.has("partition") && valid_partition(&request.partition.text).is_none());
             if bad_name {
                 return Err(format!("{status} for a bad name or partition: {answer}"));
             }
@@ -220,7 +226,7 @@ fn prepare(request: &FuzzRequest) -> Result<String, TestCaseError> {
 /// The test request for `request` at `uri`.
 fn build(request: &FuzzRequest, uri: &str) -> actix_test::TestRequest {
     let mut builder = actix_test::TestRequest::default()
-        .method(request.route.method())
+        .method(request.target.method())
         .uri(uri);
     if let Some(body) = &request.body {
         builder = builder
@@ -238,7 +244,7 @@ fn conclude(
     written: &RefCell<Written>,
     data_dir: &Path,
 ) -> Result<(), TestCaseError> {
-    let method = request.route.method();
+    let method = request.target.method();
     let Some((status, answer)) = answer else {
         return Err(TestCaseError::fail(format!(
             "{method} {uri}: no answer within 10 s"
@@ -272,7 +278,7 @@ fn fuzz_requests(cases: u32) -> u64 {
     written.0.insert(("events".into(), 1));
     let written = RefCell::new(written);
     let sent = Cell::new(0u64);
-    let statuses: RefCell<BTreeMap<(String, u16), u64>> = RefCell::default();
+    let statuses: RefCell<BTreeMap<(&str, u16), u64>> = RefCell::default();
     let run_case = |request: &FuzzRequest| -> Result<(), TestCaseError> {
         let request = &request.resolve(&held.borrow());
         let uri = prepare(request)?;
@@ -286,9 +292,11 @@ fn fuzz_requests(cases: u32) -> u64 {
         if let Some((200, body)) = &answer
             && let Some(batch) = body["batchId"].as_str()
         {
-            let partition = match request.route {
-                Route::ClaimAny => body["partition"].as_u64().map(|p| p as u32),
-                _ => request.partition.text.parse().ok(),
+            // A claim on any partition says which one it leased from.
+            let partition = if request.target.has("partition") {
+                request.partition.text.parse().ok()
+            } else {
+                body["partition"].as_u64().map(|p| p as u32)
             };
             if let Some(partition) = partition {
                 let mut held = held.borrow_mut();
@@ -306,7 +314,7 @@ fn fuzz_requests(cases: u32) -> u64 {
         if let Some((status, _)) = &answer {
             *statuses
                 .borrow_mut()
-                .entry((format!("{:?}", request.route), *status))
+                .entry((request.target.name(), *status))
                 .or_default() += 1;
         }
         conclude(request, &uri, answer, &written, &data_dir)
@@ -322,7 +330,7 @@ fn fuzz_requests(cases: u32) -> u64 {
     if let Err(why) = written.borrow().check_disk(&data_dir) {
         panic!("after the run: {why}");
     }
-    let mut summary: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut summary: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for ((route, status), count) in statuses.into_inner() {
         summary
             .entry(route)
@@ -337,10 +345,11 @@ fn fuzz_requests(cases: u32) -> u64 {
 
 /// Arbitrary bodies (random bytes, random JSON with huge and negative integers, floats,
 /// nulls, nesting, and mutations of well-shaped bodies), query strings and path segments
-/// (`..`, encoded `/`, NUL, unicode, very long) sent to every route: the server never panics
-/// or hangs, answers 2xx or 4xx in the contract's JSON error shape with a contract code,
-/// never 5xx, never 2xx for a bad name, and creates no partition that no successful write
-/// created.
+/// (`..`, encoded `/`, NUL, unicode, very long) sent to every route of the OpenAPI document and
+/// to random paths: the server never panics or hangs, answers a 2xx that the document lists or
+/// a 4xx in the contract's JSON error shape with a contract code, never 5xx, never 2xx for a
+/// bad name, and creates no partition that no successful write created. A route of the document
+/// whose body or path parameters the fuzzer does not know fails it.
 #[test]
 fn fuzz_every_route_with_arbitrary_requests() {
     let started = Instant::now();

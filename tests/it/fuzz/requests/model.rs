@@ -1,5 +1,6 @@
-//! What a fuzz request is: a route, path segments, a query and a body; and the contract's
-//! rules for names and partitions, to tell a bad request from a good one.
+//! What a fuzz request is: a route of the server's OpenAPI document (or a random path), path
+//! segments, a query and a body; and the contract's rules for names and partitions, to tell a
+//! bad request from a good one.
 
 use std::fmt;
 
@@ -7,128 +8,122 @@ use actix_web::http::Method;
 use proptest::sample::Index;
 
 use super::PARTITIONS;
+use crate::common::{Route, routes};
 
-/// Which route a fuzz request targets (its method and path template).
+/// The shape of a route's request body: the document states it as a schema, the fuzzer needs
+/// it as generators (see `strategies`), so it knows each by operationId.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Route {
-    ProduceKeyed,
-    ProduceDirect,
-    Read,
-    Poll,
+pub(super) enum Shape {
+    /// The route takes no body (bytes are sent anyway).
+    None,
+    /// `produceEvents`: events with a partition key.
+    Events,
+    /// `appendRecords`: the records of one partition.
+    Records,
+    /// `commitGroup`: offsets by partition.
     Commit,
-    PutCursor,
-    DeleteCursor,
-    Cursors,
-    ClaimAny,
-    Claim,
-    ListLeases,
-    Ack,
+    /// `putCursor`: one offset.
+    Cursor,
+    /// `nackLease`: an optional delay.
     Nack,
-    Extend,
-    Bounds,
-    Load,
-    Trim,
+    /// `forgetCold`: the offset to forget before.
     Forget,
-    Topic,
-    Topics,
+}
+
+impl Shape {
+    /// The shape of `route`'s body. Panics on an operation whose body the fuzzer does not know,
+    /// so that a route added with a body fails the fuzzing instead of being skipped.
+    fn of(route: &Route) -> Self {
+        let shape = match route.operation_id.as_str() {
+            "produceEvents" => Self::Events,
+            "appendRecords" => Self::Records,
+            "commitGroup" => Self::Commit,
+            "putCursor" => Self::Cursor,
+            "nackLease" => Self::Nack,
+            "forgetCold" => Self::Forget,
+            _ => Self::None,
+        };
+        assert_eq!(
+            shape != Self::None,
+            route.has_body,
+            "{route}: the fuzzer does not know the shape of its body"
+        );
+        shape
+    }
+}
+
+/// The path parameters that the fuzzer fills (see [`Target::path`]).
+const PATH_PARAMETERS: &[&str] = &["topic", "partition", "group", "batchId"];
+
+/// Which route a fuzz request targets.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Target {
+    /// A route of the server's OpenAPI document, and the shape of its body.
+    Route(&'static Route, Shape),
     /// A random path (mostly matching no route).
     Raw,
 }
 
-pub(super) const ROUTES: &[Route] = &[
-    Route::ProduceKeyed,
-    Route::ProduceDirect,
-    Route::Read,
-    Route::Poll,
-    Route::Commit,
-    Route::PutCursor,
-    Route::DeleteCursor,
-    Route::Cursors,
-    Route::ClaimAny,
-    Route::Claim,
-    Route::ListLeases,
-    Route::Ack,
-    Route::Nack,
-    Route::Extend,
-    Route::Bounds,
-    Route::Load,
-    Route::Trim,
-    Route::Forget,
-    Route::Topic,
-    Route::Topics,
-    Route::Raw,
-];
+impl Target {
+    /// Every route of the document, and the random path. Panics on a route that the fuzzer
+    /// cannot exercise: a body or a path parameter it does not know.
+    pub(super) fn all() -> Vec<Self> {
+        let routes = routes().iter().map(|route| {
+            for name in route.path_parameters() {
+                assert!(
+                    PATH_PARAMETERS.contains(&name),
+                    "{route}: the fuzzer does not know how to fill {{{name}}}"
+                );
+            }
+            Self::Route(route, Shape::of(route))
+        });
+        routes.chain([Self::Raw]).collect()
+    }
 
-impl Route {
     pub(super) fn method(self) -> Method {
         match self {
-            Self::Read
-            | Self::Poll
-            | Self::Cursors
-            | Self::ListLeases
-            | Self::Bounds
-            | Self::Load
-            | Self::Topic
-            | Self::Topics => Method::GET,
-            Self::PutCursor => Method::PUT,
-            Self::DeleteCursor => Method::DELETE,
-            _ => Method::POST,
+            Self::Route(route, _) => route.method.clone(),
+            Self::Raw => Method::POST,
         }
     }
 
-    pub(super) fn has_partition(self) -> bool {
-        !matches!(
-            self,
-            Self::ProduceKeyed
-                | Self::Poll
-                | Self::Commit
-                | Self::ClaimAny
-                | Self::Topic
-                | Self::Topics
-                | Self::Raw
-        )
+    /// The shape of the route's body.
+    pub(super) fn shape(self) -> Shape {
+        match self {
+            Self::Route(_, shape) => shape,
+            Self::Raw => Shape::None,
+        }
     }
 
-    pub(super) fn has_group(self) -> bool {
-        matches!(
-            self,
-            Self::Poll
-                | Self::Commit
-                | Self::PutCursor
-                | Self::DeleteCursor
-                | Self::ClaimAny
-                | Self::Claim
-                | Self::ListLeases
-                | Self::Ack
-                | Self::Nack
-                | Self::Extend
-        )
+    /// Whether the path template has the parameter `{name}`.
+    pub(super) fn has(self, name: &str) -> bool {
+        match self {
+            Self::Route(route, _) => route.has(name),
+            Self::Raw => false,
+        }
+    }
+
+    /// How the status summary names it.
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Self::Route(route, _) => &route.operation_id,
+            Self::Raw => "raw",
+        }
     }
 
     /// The path, with every segment already percent-encoded.
     pub(super) fn path(self, t: &str, p: &str, g: &str, b: &str, raw: &str) -> String {
         match self {
-            Self::ProduceKeyed => format!("/topics/{t}/records"),
-            Self::ProduceDirect | Self::Read => format!("/topics/{t}/partitions/{p}/records"),
-            Self::Poll => format!("/topics/{t}/groups/{g}/poll"),
-            Self::Commit => format!("/topics/{t}/groups/{g}/commit"),
-            Self::PutCursor | Self::DeleteCursor => {
-                format!("/topics/{t}/partitions/{p}/cursors/{g}")
-            }
-            Self::Cursors => format!("/topics/{t}/partitions/{p}/cursors"),
-            Self::ClaimAny => format!("/topics/{t}/groups/{g}/leases"),
-            Self::Claim | Self::ListLeases => {
-                format!("/topics/{t}/partitions/{p}/groups/{g}/leases")
-            }
-            Self::Ack => format!("/topics/{t}/partitions/{p}/groups/{g}/leases/{b}/ack"),
-            Self::Nack => format!("/topics/{t}/partitions/{p}/groups/{g}/leases/{b}/nack"),
-            Self::Extend => format!("/topics/{t}/partitions/{p}/groups/{g}/leases/{b}/extend"),
-            Self::Bounds => format!("/topics/{t}/partitions/{p}/bounds"),
-            Self::Load => format!("/topics/{t}/partitions/{p}/load"),
-            Self::Trim => format!("/topics/{t}/partitions/{p}/trim"),
-            Self::Forget => format!("/topics/{t}/partitions/{p}/cold/forget"),
-            Self::Topic => format!("/topics/{t}"),
-            Self::Topics => "/topics".to_owned(),
+            Self::Route(route, _) => route.uri(|name| {
+                match name {
+                    "topic" => t,
+                    "partition" => p,
+                    "group" => g,
+                    "batchId" => b,
+                    other => unreachable!("{route}: {{{other}}} (see Target::all)"),
+                }
+                .to_owned()
+            }),
             Self::Raw => raw.to_owned(),
         }
     }
@@ -190,7 +185,7 @@ impl fmt::Debug for Body {
 /// One fuzz request.
 #[derive(Debug, Clone)]
 pub(super) struct FuzzRequest {
-    pub(super) route: Route,
+    pub(super) target: Target,
     pub(super) topic: Segment,
     pub(super) partition: Segment,
     pub(super) group: Segment,
@@ -224,7 +219,7 @@ impl FuzzRequest {
 
     /// The request URI.
     pub(super) fn uri(&self) -> String {
-        let path = self.route.path(
+        let path = self.target.path(
             &self.topic.encoded(),
             &self.partition.encoded(),
             &self.group.encoded(),

@@ -294,14 +294,14 @@ pub(super) fn payload() -> BoxedStrategy<String> {
 }
 
 /// A body shaped like the route's (each field right or wrong), as JSON text.
-pub(super) fn shaped_body(route: Route) -> BoxedStrategy<String> {
+pub(super) fn shaped_body(shape: Shape) -> BoxedStrategy<String> {
     let array = |item: BoxedStrategy<String>| {
         prop::collection::vec(item, 0..7)
             .prop_map(|items| format!("[{}]", items.join(",")))
             .boxed()
     };
-    match route {
-        Route::ProduceKeyed => array(object(vec![
+    match shape {
+        Shape::Events => array(object(vec![
             (
                 "partitionKey",
                 or_any(prop_oneof![
@@ -312,8 +312,8 @@ pub(super) fn shaped_body(route: Route) -> BoxedStrategy<String> {
             ("payload", payload()),
             ("key", dedup_key()),
         ])),
-        Route::ProduceDirect => array(object(vec![("payload", payload()), ("key", dedup_key())])),
-        Route::Commit => {
+        Shape::Records => array(object(vec![("payload", payload()), ("key", dedup_key())])),
+        Shape::Commit => {
             let partition_key = prop_oneof![
                 4 => prop::sample::select(&["0", "1", "7", "8", "-1", "01", "x", "", "4294967296"][..])
                     .prop_map(str::to_owned),
@@ -329,15 +329,15 @@ pub(super) fn shaped_body(route: Route) -> BoxedStrategy<String> {
                 });
             object(vec![("offsets", or_any(offsets))])
         }
-        Route::PutCursor => object(vec![("offset", or_any(int_text()))]),
-        Route::Nack => prop_oneof![
+        Shape::Cursor => object(vec![("offset", or_any(int_text()))]),
+        Shape::Nack => prop_oneof![
             1 => Just(String::new()),
             1 => Just("  \n".to_owned()),
             4 => object(vec![("delayMs", or_any(int_text()))]),
         ]
         .boxed(),
-        Route::Forget => object(vec![("before", or_any(int_text()))]),
-        _ => json_text().boxed(),
+        Shape::Forget => object(vec![("before", or_any(int_text()))]),
+        Shape::None => json_text().boxed(),
     }
 }
 
@@ -417,7 +417,7 @@ pub(super) fn mutate(mut bytes: Vec<u8>, mutation: &Mutation) -> Vec<u8> {
     bytes
 }
 
-pub(super) fn body(route: Route) -> impl Strategy<Value = Option<Body>> {
+pub(super) fn body(shape: Shape) -> impl Strategy<Value = Option<Body>> {
     let big = (0usize..3).prop_map(|kind| {
         let bytes = match kind {
             0 => format!("[{}{{\"payload\":1}}]", "{\"payload\":1},".repeat(200)),
@@ -434,8 +434,8 @@ pub(super) fn body(route: Route) -> impl Strategy<Value = Option<Body>> {
         1 => Just(Some(Body(Vec::new()))),
         2 => prop::collection::vec(any::<u8>(), 0..200).prop_map(|b| Some(Body(b))),
         2 => json_text().prop_map(|t| Some(Body(t.into_bytes()))),
-        8 => shaped_body(route).prop_map(|t| Some(Body(t.into_bytes()))),
-        4 => (shaped_body(route), prop::collection::vec(mutation(), 1..4)).prop_map(|(t, ms)| {
+        8 => shaped_body(shape).prop_map(|t| Some(Body(t.into_bytes()))),
+        4 => (shaped_body(shape), prop::collection::vec(mutation(), 1..4)).prop_map(|(t, ms)| {
             Some(Body(ms.iter().fold(t.into_bytes(), mutate)))
         }),
         1 => big,
@@ -467,7 +467,7 @@ pub(super) fn raw_path() -> impl Strategy<Value = String> {
 
 /// An arbitrary request: every part random, shaped or not.
 pub(super) fn arbitrary_request() -> impl Strategy<Value = FuzzRequest> {
-    prop::sample::select(ROUTES).prop_flat_map(|route| {
+    prop::sample::select(Target::all()).prop_flat_map(|target| {
         (
             segment(topic()),
             segment(partition()),
@@ -475,12 +475,12 @@ pub(super) fn arbitrary_request() -> impl Strategy<Value = FuzzRequest> {
             segment(batch()),
             raw_path(),
             query(),
-            body(route),
+            body(target.shape()),
             prop::option::weighted(0.2, any::<Index>()),
         )
             .prop_map(
                 move |(topic, partition, group, batch, raw_path, query, body, held)| FuzzRequest {
-                    route,
+                    target,
                     topic,
                     partition,
                     group,
@@ -495,26 +495,24 @@ pub(super) fn arbitrary_request() -> impl Strategy<Value = FuzzRequest> {
 }
 
 /// A body the route accepts (when the offsets and limits fit the log's state), as JSON text.
-pub(super) fn valid_body(route: Route) -> BoxedStrategy<String> {
+pub(super) fn valid_body(shape: Shape) -> BoxedStrategy<String> {
     let key = prop::option::of((0u32..30).prop_map(|n| json_string(&format!("k-{n}"))));
-    match route {
-        Route::ProduceKeyed => {
-            prop::collection::vec(((0u32..50), json_text(), key), 1..=MAX_BATCH_SIZE)
-                .prop_map(|events| {
-                    let events: Vec<_> = events
-                .into_iter()
-                .map(|(user, payload, key)| match key {
-                    Some(key) => format!(
-                        r#"{{"partitionKey":"user-{user}","payload":{payload},"key":{key}}}"#
-                    ),
-                    None => format!(r#"{{"partitionKey":"user-{user}","payload":{payload}}}"#),
-                })
-                .collect();
-                    format!("[{}]", events.join(","))
-                })
-                .boxed()
-        }
-        Route::ProduceDirect => prop::collection::vec((json_text(), key), 1..=MAX_BATCH_SIZE)
+    match shape {
+        Shape::Events => prop::collection::vec(((0u32..50), json_text(), key), 1..=MAX_BATCH_SIZE)
+            .prop_map(|events| {
+                let events: Vec<_> = events
+                    .into_iter()
+                    .map(|(user, payload, key)| match key {
+                        Some(key) => format!(
+                            r#"{{"partitionKey":"user-{user}","payload":{payload},"key":{key}}}"#
+                        ),
+                        None => format!(r#"{{"partitionKey":"user-{user}","payload":{payload}}}"#),
+                    })
+                    .collect();
+                format!("[{}]", events.join(","))
+            })
+            .boxed(),
+        Shape::Records => prop::collection::vec((json_text(), key), 1..=MAX_BATCH_SIZE)
             .prop_map(|records| {
                 let records: Vec<_> = records
                     .into_iter()
@@ -526,7 +524,7 @@ pub(super) fn valid_body(route: Route) -> BoxedStrategy<String> {
                 format!("[{}]", records.join(","))
             })
             .boxed(),
-        Route::Commit => prop::collection::btree_map(0..PARTITIONS, 0i64..6, 1..4)
+        Shape::Commit => prop::collection::btree_map(0..PARTITIONS, 0i64..6, 1..4)
             .prop_map(|offsets| {
                 let offsets: Vec<_> = offsets
                     .iter()
@@ -535,19 +533,19 @@ pub(super) fn valid_body(route: Route) -> BoxedStrategy<String> {
                 format!(r#"{{"offsets":{{{}}}}}"#, offsets.join(","))
             })
             .boxed(),
-        Route::PutCursor => (0i64..6)
+        Shape::Cursor => (0i64..6)
             .prop_map(|offset| format!(r#"{{"offset":{offset}}}"#))
             .boxed(),
-        Route::Nack => prop_oneof![
+        Shape::Nack => prop_oneof![
             Just(String::new()),
             Just("{}".to_owned()),
             (0i64..100).prop_map(|delay| format!(r#"{{"delayMs":{delay}}}"#)),
         ]
         .boxed(),
-        Route::Forget => (0i64..10)
+        Shape::Forget => (0i64..10)
             .prop_map(|before| format!(r#"{{"before":{before}}}"#))
             .boxed(),
-        _ => Just(String::new()).boxed(),
+        Shape::None => Just(String::new()).boxed(),
     }
 }
 
@@ -579,10 +577,10 @@ pub(super) fn well_formed_request() -> impl Strategy<Value = FuzzRequest> {
     let known = |names: &'static [&'static str]| {
         segment(prop::sample::select(names).prop_map(str::to_owned))
     };
-    prop::sample::select(ROUTES).prop_flat_map(move |route| {
+    prop::sample::select(Target::all()).prop_flat_map(move |target| {
         let body = prop_oneof![
-            3 => valid_body(route).prop_map(|t| Some(Body(t.into_bytes()))),
-            1 => (valid_body(route), mutation())
+            3 => valid_body(target.shape()).prop_map(|t| Some(Body(t.into_bytes()))),
+            1 => (valid_body(target.shape()), mutation())
                 .prop_map(|(t, m)| Some(Body(mutate(t.into_bytes(), &m)))),
         ];
         (
@@ -596,7 +594,7 @@ pub(super) fn well_formed_request() -> impl Strategy<Value = FuzzRequest> {
         )
             .prop_map(move |(topic, partition, group, batch, query, body, held)| {
                 FuzzRequest {
-                    route,
+                    target,
                     topic,
                     partition,
                     group,
