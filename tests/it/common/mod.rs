@@ -10,6 +10,8 @@ mod rng;
 pub mod routes;
 
 pub use rng::Rng;
+// `tests/soak.rs` includes these helpers too, and sends no request to a route.
+#[allow(unused_imports)]
 pub use routes::{Route, route, routes};
 
 /// The time every test clock starts at (as in the original library's tests).
