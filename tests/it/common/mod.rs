@@ -7,8 +7,12 @@ use durability::clock::ManualClock;
 use durability::store::{LogStore, Page, StoreError, StoreOptions};
 
 mod rng;
+pub mod routes;
 
 pub use rng::Rng;
+// `tests/soak.rs` includes these helpers too, and sends no request to a route.
+#[allow(unused_imports)]
+pub use routes::{Route, route, routes};
 
 /// The time every test clock starts at (as in the original library's tests).
 pub const START_MS: i64 = 1_800_000_000_000;
