@@ -20,7 +20,7 @@ use actix_web::HttpResponse;
 use actix_web::http::header::ContentType;
 use actix_web::web;
 use utoipa::openapi::header::HeaderBuilder;
-use utoipa::openapi::path::{HttpMethod, Operation, OperationBuilder, PathItem};
+use utoipa::openapi::path::{HttpMethod, Operation, OperationBuilder, Parameter, PathItem};
 use utoipa::openapi::request_body::RequestBody;
 use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{
@@ -222,14 +222,9 @@ impl Modify for Configured<'_> {
             .values()
             .map(|topic| topic.log.partitions_per_topic)
             .fold(log.partitions_per_topic, u32::max);
-        for operation in operations(openapi) {
-            for parameter in operation.parameters.iter_mut().flatten() {
-                if let RefOr::T(parameter) = parameter
-                    && parameter.name == "partition"
-                    && let Some(RefOr::T(Schema::Object(schema))) = parameter.schema.as_mut()
-                {
-                    schema.maximum = Some((partitions - 1).into());
-                }
+        for partition in parameters(openapi, "partition") {
+            if let Some(RefOr::T(Schema::Object(schema))) = partition.schema.as_mut() {
+                schema.maximum = Some((partitions - 1).into());
             }
         }
 
@@ -237,17 +232,8 @@ impl Modify for Configured<'_> {
             " A longer wait is cut to {} (`server.max_wait_ms`).",
             config.server.max_wait_ms
         );
-        for id in ["readRecords", "pollGroup"] {
-            for parameter in operation(openapi, id).parameters.iter_mut().flatten() {
-                if let RefOr::T(parameter) = parameter
-                    && parameter.name == "waitMs"
-                {
-                    parameter
-                        .description
-                        .get_or_insert_default()
-                        .push_str(&wait);
-                }
-            }
+        for wait_ms in parameters(openapi, "waitMs") {
+            wait_ms.description.get_or_insert_default().push_str(&wait);
         }
 
         let too_large = format!(
@@ -299,6 +285,19 @@ fn operations(openapi: &mut utoipa::openapi::OpenApi) -> impl Iterator<Item = &m
         .into_iter()
         .flatten()
     })
+}
+
+/// Every operation's parameter called `name`.
+fn parameters<'a>(
+    openapi: &'a mut utoipa::openapi::OpenApi,
+    name: &'a str,
+) -> impl Iterator<Item = &'a mut Parameter> {
+    operations(openapi)
+        .flat_map(|operation| operation.parameters.iter_mut().flatten())
+        .filter_map(move |parameter| match parameter {
+            RefOr::T(parameter) if parameter.name == name => Some(parameter),
+            _ => None,
+        })
 }
 
 /// The operation `id`; every id asked for is one of [`ApiDoc`]'s.
