@@ -209,7 +209,7 @@ impl Log {
         self.partitions(topic)?;
         validate_group(group)?;
         for (&partition, &offset) in offsets {
-            self.group_partition(topic, partition, group)?;
+            self.partition(topic, partition)?;
             check_offset(offset, self.bounds(topic, partition).await?.next_offset)?;
         }
         let mut cursors = BTreeMap::new();
