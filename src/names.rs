@@ -14,7 +14,7 @@ pub const GROUP_PATTERN: &str = r"^[A-Za-z0-9._:-]+$";
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {kind} name {name:?}: {reason}")]
 pub struct NameError {
-    /// `"topic"` or `"group"`.
+    /// `"topic"`, `"group"` or `"partition"`.
     pub kind: &'static str,
     /// The rejected name.
     pub name: String,
@@ -106,6 +106,39 @@ mod tests {
         assert!(validate_group("a b").is_err());
         assert!(validate_group("a/b").is_err());
     }
+
+    /// A partition segment is digits; one too large for a `u32` reads as past every count.
+    #[test]
+    fn partition_segments() {
+        assert_eq!(parse_partition("0"), Ok(0));
+        assert_eq!(parse_partition("007"), Ok(7));
+        assert_eq!(parse_partition("4294967296"), Ok(u32::MAX));
+        assert_eq!(parse_partition("99999999999999999999999"), Ok(u32::MAX));
+        for text in ["", "-1", "+1", "1.0", "a", " 1"] {
+            assert_eq!(
+                parse_partition(text).unwrap_err().kind,
+                "partition",
+                "{text:?}"
+            );
+        }
+    }
+}
+
+/// Reads a partition index written as text (a path segment): decimal digits only. An index too
+/// large for a `u32` is past every topic's partition count, so it reads as `u32::MAX`, which no
+/// topic reaches, and is then refused as any index past the count is.
+///
+/// # Errors
+/// [`NameError`] when the text is not a non-negative integer.
+pub fn parse_partition(text: &str) -> Result<u32, NameError> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(NameError {
+            kind: "partition",
+            name: text.to_owned(),
+            reason: "must be a non-negative integer",
+        });
+    }
+    Ok(text.parse().unwrap_or(u32::MAX))
 }
 
 /// A partition of a topic: `{topic}:{index}`. Constructing one checks the topic name, so a

@@ -254,7 +254,7 @@ pub async fn commit(
     let body: CommitBody = json_body(body, state.body_limits()).await?;
     let mut offsets = BTreeMap::new();
     for (index, value) in &body.offsets {
-        offsets.insert(partition(index)?, offset(value.0, "offset")?);
+        offsets.insert(partition(index)?, offset(value.0)?);
     }
     let cursors = state.log.commit_many(&topic, &group, &offsets).await?;
     Ok(HttpResponse::Ok().json(CommittedCursors { cursors }))
@@ -297,7 +297,7 @@ pub async fn put_cursor(
     let body: CursorBody = json_body(body, state.body_limits()).await?;
     let cursor = state
         .log
-        .commit(&topic, index, &group, offset(body.offset.0, "offset")?)
+        .commit(&topic, index, &group, offset(body.offset.0)?)
         .await?;
     Ok(HttpResponse::Ok().json(Cursor { cursor }))
 }

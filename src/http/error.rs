@@ -81,11 +81,6 @@ impl ApiError {
         Self::new("invalid_request", message)
     }
 
-    /// `400 invalid_name`.
-    pub fn invalid_name(message: impl Into<String>) -> Self {
-        Self::new("invalid_name", message)
-    }
-
     /// The stable error code.
     pub fn code(&self) -> &'static str {
         self.0.error.code

@@ -221,7 +221,7 @@ pub async fn forget_cold(
     let body: ForgetBody = json_body(body, state.body_limits()).await?;
     let forgotten = state
         .log
-        .forget_cold_before(&topic, index, offset(body.before.0, "before")?)
+        .forget_cold_before(&topic, index, offset(body.before.0)?)
         .await?;
     Ok(HttpResponse::Ok().json(Forgotten { forgotten }))
 }

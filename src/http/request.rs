@@ -11,6 +11,8 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use super::ApiError;
+use crate::error::Error;
+use crate::log::{StoreError, unsigned_offset};
 
 /// Reads a JSON body of at most `limit` bytes. A body that is a struct must be a JSON object
 /// (see [`Object`]; elements of an array body are wrapped in it).
@@ -115,20 +117,9 @@ pub fn too_large(limit: usize) -> ApiError {
     )
 }
 
-/// A `{partition}` path segment: a non-negative integer (`400 invalid_name` otherwise).
+/// A `{partition}` path segment (the naming rule: `400 invalid_name` unless digits).
 pub fn partition(segment: &str) -> Result<u32, ApiError> {
-    if segment.is_empty() || !segment.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(ApiError::invalid_name(format!(
-            "partition {segment:?} is not a non-negative integer"
-        )));
-    }
-    // Larger than any partition count: the same answer as any index past the count.
-    segment.parse().map_err(|_| {
-        ApiError::new(
-            "unknown_partition",
-            format!("there is no partition {segment}"),
-        )
-    })
+    Ok(crate::names::parse_partition(segment).map_err(Error::from)?)
 }
 
 /// The query string's parameters.
@@ -155,23 +146,17 @@ impl Query {
 
     /// `from`: an offset (negative is `400 invalid_offset`).
     pub fn from(&self) -> Result<Option<u64>, ApiError> {
-        match self.integer("from")? {
-            Some(from) if from < 0 => Err(ApiError::new(
-                "invalid_offset",
-                format!("from {from} is negative"),
-            )),
-            from => Ok(from.map(|from| from as u64)),
-        }
+        self.integer("from")?.map(offset).transpose()
     }
 
-    /// `limit`: a positive integer (capped later at `max_batch_size`).
+    /// `limit`: a page size. Zero reaches the store's rule; a negative one, which no `usize`
+    /// holds, gets that rule's answer here.
     pub fn limit(&self) -> Result<Option<usize>, ApiError> {
-        match self.integer("limit")? {
-            Some(limit) if limit < 1 => Err(ApiError::invalid_request(format!(
-                "limit {limit} must be at least 1"
-            ))),
-            limit => Ok(limit.map(|limit| limit as usize)),
-        }
+        self.integer("limit")?
+            .map(|limit| {
+                usize::try_from(limit).map_err(|_| Error::from(StoreError::InvalidLimit).into())
+            })
+            .transpose()
     }
 
     /// `waitMs`: how long to wait for records, cut to `longest` (negative is invalid).
@@ -250,10 +235,9 @@ fn whole_number(text: &str) -> Option<i64> {
     i64::try_from(if negative { -value } else { value }).ok()
 }
 
-/// A non-negative offset from a JSON body (`400 invalid_offset` when negative).
-pub fn offset(value: i64, what: &str) -> Result<u64, ApiError> {
-    u64::try_from(value)
-        .map_err(|_| ApiError::new("invalid_offset", format!("{what} {value} is negative")))
+/// An offset from a JSON body or a query (`400 invalid_offset` when negative).
+pub fn offset(value: i64) -> Result<u64, ApiError> {
+    Ok(unsigned_offset(value).map_err(Error::from)?)
 }
 
 #[cfg(test)]

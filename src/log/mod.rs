@@ -21,7 +21,7 @@ mod produce;
 /// reach into [`store`](crate::store).
 pub use crate::store::{
     AppendOutcome, AppendRejection, Bounds, ColdFlushCounters, GroupPosition, Lease, LeaseRow,
-    LeaseState, NewRecord, Page, Record, StoreError,
+    LeaseState, NewRecord, Page, Record, StoreError, unsigned_offset,
 };
 pub use builder::LogBuilder;
 pub use operations::{PartitionDetail, TopicInfo};

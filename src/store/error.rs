@@ -38,6 +38,12 @@ pub enum StoreError {
         /// The log's next offset.
         next_offset: u64,
     },
+    /// An offset below 0 (offsets start at 0).
+    #[error("offset {offset} is negative")]
+    NegativeOffset {
+        /// The offset given.
+        offset: i64,
+    },
     /// The records asked for left the log (retention), so they cannot be returned.
     #[error("offset {requested_offset} was trimmed: the oldest retained offset is {oldest_offset}")]
     Truncated {
@@ -85,7 +91,7 @@ impl StoreError {
             | Self::Thread(_)
             | Self::SchemaTooNew { .. }
             | Self::Cold(_) => "unavailable",
-            Self::InvalidOffset { .. } => "invalid_offset",
+            Self::InvalidOffset { .. } | Self::NegativeOffset { .. } => "invalid_offset",
             Self::Truncated { .. } => "log_truncated",
             Self::InvalidLimit => "invalid_request",
             Self::InvalidName(_) => "invalid_name",

@@ -30,7 +30,7 @@ pub use append::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check
 pub use cursors::GroupPosition;
 pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
-pub use read::{Bounds, Page, Record, check_offset, page_limit};
+pub use read::{Bounds, Page, Record, check_offset, page_limit, unsigned_offset};
 pub use retention::{ColdFlushCounters, ColdTier, Retention};
 pub use volume::{INDEX_EVERY_ROWS, Volume};
 

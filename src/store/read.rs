@@ -353,6 +353,14 @@ pub fn check_offset(offset: u64, next_offset: u64) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// An offset given as a signed number (a JSON body, a query string): offsets start at 0.
+///
+/// # Errors
+/// [`StoreError::NegativeOffset`].
+pub fn unsigned_offset(offset: i64) -> Result<u64, StoreError> {
+    u64::try_from(offset).map_err(|_| StoreError::NegativeOffset { offset })
+}
+
 /// The one rule for page sizes (reads and leases): a zero limit is refused; none means, and
 /// any is capped at, `max`.
 ///

@@ -91,9 +91,9 @@ async fn invalid_name_creates_nothing() {
     assert_eq!(topics.len(), 1, "{topics:?}");
 }
 
-/// A partition index at or beyond the topic's partition count is `404 unknown_partition` on
-/// every route of the document with a `{partition}` and inside a group commit's body (which is
-/// then refused whole).
+/// A partition index at or beyond the topic's partition count, however large, is
+/// `404 unknown_partition` stating the count on every route of the document with a
+/// `{partition}`, and inside a group commit's body (which is then refused whole).
 #[actix::test]
 async fn unknown_partition_is_404() {
     let t = TestLog::with(|_| {});
@@ -113,7 +113,8 @@ async fn unknown_partition_is_404() {
         for route in routes().iter().filter(|route| route.has("partition")) {
             let uri = uri_of(route, &[("partition", partition)]);
             let answer = call!(app, route.method.clone(), &uri, valid_body(route));
-            assert_error(&answer, 404, "unknown_partition");
+            let error = assert_error(&answer, 404, "unknown_partition");
+            assert_eq!(error["partitions"], json!(8), "{uri}: {error}");
         }
     }
     for body in [
