@@ -165,6 +165,22 @@ fn segment_entries(object: &[u8]) -> Vec<(u64, String)> {
         .collect()
 }
 
+/// Trims a store holding `a`, `b`, `c` under `max_records(1)` and asserts that it worked
+/// whole: `a` and `b` flushed as the one segment `0..=1` (never twice), all three still read.
+async fn assert_abc_trimmed_to_one_segment(t: &TestStore, cold: &Arc<FailingColdStore>) {
+    assert_eq!(t.store.trim().await.unwrap(), 2);
+    assert_eq!(t.store.bounds().unwrap(), bounds(0, 2, 3));
+    assert_eq!(
+        listed_spans(cold).await,
+        [(0, 1)],
+        "one segment, stored once"
+    );
+    assert_eq!(
+        read_all(&t.store, 100).await,
+        expected(&[(0, "a"), (1, "b"), (2, "c")])
+    );
+}
+
 /// Every record from offset 0 as `(offset, body)`, page by page with pages of at most
 /// `limit`, checking that pages chain and that the log ends empty.
 async fn read_all(store: &LogStore, limit: usize) -> Vec<(u64, String)> {
@@ -425,13 +441,7 @@ async fn failed_write_is_retried_after_recovery(cold: Arc<FailingColdStore>) {
     assert_eq!(t.store.bounds().unwrap(), bounds(0, 0, 3));
 
     cold.recover();
-    assert_eq!(t.store.trim().await.unwrap(), 2);
-    assert_eq!(t.store.bounds().unwrap(), bounds(0, 2, 3));
-    assert_eq!(listed_spans(&cold).await, [(0, 1)]);
-    assert_eq!(
-        read_all(&t.store, 100).await,
-        expected(&[(0, "a"), (1, "b"), (2, "c")])
-    );
+    assert_abc_trimmed_to_one_segment(&t, &cold).await;
 }
 on_every_backend!(failed_write_is_retried_after_recovery);
 
@@ -449,14 +459,7 @@ async fn lost_put_acknowledgement_is_accepted_on_retry(cold: Arc<FailingColdStor
     assert_eq!(listed_spans(&cold).await, [(0, 1)], "the object was stored");
 
     cold.recover();
-    assert_eq!(t.store.trim().await.unwrap(), 2);
-    assert_eq!(t.store.bounds().unwrap(), bounds(0, 2, 3));
-    let spans = listed_spans(&cold).await;
-    assert_eq!(spans, [(0, 1)], "no duplicate span");
-    assert_eq!(
-        read_all(&t.store, 100).await,
-        expected(&[(0, "a"), (1, "b"), (2, "c")])
-    );
+    assert_abc_trimmed_to_one_segment(&t, &cold).await;
 }
 on_every_backend!(lost_put_acknowledgement_is_accepted_on_retry);
 
@@ -484,13 +487,7 @@ async fn crash_after_indexing_rolls_back_and_retries(cold: Arc<FailingColdStore>
         bounds(0, 0, 3),
         "the index entry was rolled back with the delete"
     );
-    assert_eq!(t.store.trim().await.unwrap(), 2);
-    assert_eq!(t.store.bounds().unwrap(), bounds(0, 2, 3));
-    assert_eq!(listed_spans(&cold).await, [(0, 1)]);
-    assert_eq!(
-        read_all(&t.store, 100).await,
-        expected(&[(0, "a"), (1, "b"), (2, "c")])
-    );
+    assert_abc_trimmed_to_one_segment(&t, &cold).await;
 }
 on_every_backend!(crash_after_indexing_rolls_back_and_retries);
 

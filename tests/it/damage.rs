@@ -202,22 +202,10 @@ async fn a_malformed_page_fails_reads_and_then_writes_with_corrupted() {
 #[actix::test]
 async fn a_record_altered_in_the_database_fails_its_checksum() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config::for_tests(dir.path());
-    let data_dir = config.storage.data_dir.clone();
-    in_own_process(&config, |log| async move {
-        let records = ["\"hello\"", "\"world\""].map(NewRecord::new).to_vec();
-        log.append(TOPIC, 0, records).await.unwrap();
-    });
-    let conn = rusqlite::Connection::open(volume(&data_dir, 0)).unwrap();
-    let changed = conn
-        .execute(
-            "UPDATE records SET payload = '\"HELLO\"' WHERE payload = '\"hello\"'",
-            [],
-        )
-        .unwrap();
-    assert_eq!(changed, 1);
-    drop(conn);
-
+    let config = altered_behind_the_log(
+        dir.path(),
+        "UPDATE records SET payload = '\"HELLO\"' WHERE payload = '\"hello\"'",
+    );
     let log = Log::open(config).unwrap();
     let err = log.read(TOPIC, 0, Some(0), None).await.unwrap_err();
     assert_eq!(err.code(), "corrupted", "{err}");
@@ -232,21 +220,10 @@ async fn a_record_altered_in_the_database_fails_its_checksum() {
 #[actix::test]
 async fn a_trim_refuses_to_flush_an_altered_record() {
     let dir = tempfile::tempdir().unwrap();
-    let config = Config::for_tests(dir.path());
-    let data_dir = config.storage.data_dir.clone();
-    in_own_process(&config, |log| async move {
-        let records = ["\"hello\"", "\"world\""].map(NewRecord::new).to_vec();
-        log.append(TOPIC, 0, records).await.unwrap();
-    });
-    let conn = rusqlite::Connection::open(volume(&data_dir, 0)).unwrap();
-    conn.execute(
+    let mut config = altered_behind_the_log(
+        dir.path(),
         "UPDATE records SET dedup_key = 'forged' WHERE offset = 0",
-        [],
-    )
-    .unwrap();
-    drop(conn);
-
-    let mut config = config;
+    );
     config.retention.max_records = 1;
     let cold_dir = config.cold.dir.clone();
     let log = Log::open(config).unwrap();
@@ -258,6 +235,19 @@ async fn a_trim_refuses_to_flush_an_altered_record() {
         "nothing reached the cold tier: {stored:?}"
     );
     log.shutdown().await.unwrap();
+}
+
+/// The configuration of a log in `dir` whose partition 0 holds `"hello"` and `"world"`, and
+/// whose database then had `alteration` (changing one row) run on it behind the log's back.
+fn altered_behind_the_log(dir: &std::path::Path, alteration: &str) -> Config {
+    let config = Config::for_tests(dir);
+    in_own_process(&config, |log| async move {
+        let records = ["\"hello\"", "\"world\""].map(NewRecord::new).to_vec();
+        log.append(TOPIC, 0, records).await.unwrap();
+    });
+    let conn = rusqlite::Connection::open(volume(&config.storage.data_dir, 0)).unwrap();
+    assert_eq!(conn.execute(alteration, []).unwrap(), 1, "{alteration}");
+    config
 }
 
 /// Every file under `dir` (none when it does not exist).

@@ -8,11 +8,11 @@ use std::time::Duration;
 use actix_web::App;
 use actix_web::body::MessageBody;
 use actix_web::dev::{Service, ServiceResponse};
-use actix_web::http::header;
+use actix_web::http::{Method, header};
 use actix_web::test::{self, TestRequest};
 use durability::cold::{ColdStore, FailingColdStore, MemoryColdStore};
 use durability::{Config, Log};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::common::{TestLog, eventually};
 
@@ -31,6 +31,31 @@ where
     )
 }
 
+/// Sends `method uri` (with an optional JSON body), asserts the answer's status and answers
+/// its text.
+macro_rules! expect {
+    ($app:expr, $method:expr, $uri:expr, $body:expr, $status:expr) => {{
+        let mut request = TestRequest::default().method($method).uri($uri);
+        let body: Option<Value> = $body;
+        if let Some(body) = body {
+            request = request.set_json(body);
+        }
+        let (status, text) = send(&$app, request.to_request()).await;
+        assert_eq!(status, $status, "{}: {text}", $uri);
+        text
+    }};
+}
+
+/// Scrapes `/metrics` (no token), answering the text.
+macro_rules! scrape {
+    ($app:expr) => {
+        expect!($app, Method::GET, "/metrics", None, 200)
+    };
+}
+
+/// Partition 0 of `events`, where most tests append.
+const RECORDS: &str = "/topics/events/partitions/0/records";
+
 /// Asserts that the scrape `text` has the sample `line` (name, labels and value).
 fn assert_sample(text: &str, line: &str) {
     assert!(
@@ -48,40 +73,33 @@ async fn scrape_reports_appends_reads_lag_leases_and_requests() {
     let app =
         test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
 
-    let records = json!([{"payload": {"n": 1}}, {"payload": {"n": 2}}, {"payload": {"n": 3}}]);
-    let append = TestRequest::post()
-        .uri("/topics/events/partitions/0/records")
-        .set_json(&records)
-        .to_request();
-    assert!(matches!(send(&app, append).await, (202, _)));
+    expect!(
+        app,
+        Method::POST,
+        RECORDS,
+        Some(json!([{"payload": {"n": 1}}, {"payload": {"n": 2}}, {"payload": {"n": 3}}])),
+        202
+    );
     let events = json!([
         {"partitionKey": "a", "payload": "x"},
         {"partitionKey": "b", "payload": "yy"},
     ]);
-    let produce = TestRequest::post()
-        .uri("/topics/orders/records")
-        .set_json(&events)
-        .to_request();
-    assert!(matches!(send(&app, produce).await, (202, _)));
-    let read = TestRequest::get()
-        .uri("/topics/events/partitions/0/records?from=0")
-        .to_request();
-    assert!(matches!(send(&app, read).await, (200, _)));
-    let commit = TestRequest::put()
-        .uri("/topics/events/partitions/0/cursors/billing")
-        .set_json(json!({"offset": 1}))
-        .to_request();
-    assert!(matches!(send(&app, commit).await, (200, _)));
-    let lease = TestRequest::post()
-        .uri("/topics/events/partitions/0/groups/billing/leases?limit=1")
-        .to_request();
-    assert!(matches!(send(&app, lease).await, (200, _)));
-    let unknown = TestRequest::get().uri("/no/such/route").to_request();
-    assert!(matches!(send(&app, unknown).await, (404, _)));
+    expect!(
+        app,
+        Method::POST,
+        "/topics/orders/records",
+        Some(events),
+        202
+    );
+    let read = "/topics/events/partitions/0/records?from=0";
+    expect!(app, Method::GET, read, None, 200);
+    let cursor = "/topics/events/partitions/0/cursors/billing";
+    expect!(app, Method::PUT, cursor, Some(json!({"offset": 1})), 200);
+    let lease = "/topics/events/partitions/0/groups/billing/leases?limit=1";
+    expect!(app, Method::POST, lease, None, 200);
+    expect!(app, Method::GET, "/no/such/route", None, 404);
 
-    let scrape = TestRequest::get().uri("/metrics").to_request();
-    let (status, text) = send(&app, scrape).await;
-    assert_eq!(status, 200);
+    let text = scrape!(app);
     assert_sample(
         &text,
         r#"durability_appended_records_total{topic="events"} 3"#,
@@ -135,8 +153,7 @@ async fn scrape_reports_appends_reads_lag_leases_and_requests() {
         .batch_id
         .clone();
     log.log.ack("events", 0, "billing", &batch).await.unwrap();
-    let scrape = TestRequest::get().uri("/metrics").to_request();
-    let (_, text) = send(&app, scrape).await;
+    let text = scrape!(app);
     assert_sample(
         &text,
         r#"durability_consumer_lag{group="billing",partition="0",topic="events"} 1"#,
@@ -193,26 +210,21 @@ async fn cold_flushes_are_counted_by_result() {
     let app =
         test::init_service(App::new().configure(durability::http::service(log.clone()))).await;
 
-    let records = json!([{"payload": 1}, {"payload": 2}]);
-    let append = TestRequest::post()
-        .uri("/topics/events/partitions/0/records")
-        .set_json(&records)
-        .to_request();
-    assert!(matches!(send(&app, append).await, (202, _)));
+    expect!(
+        app,
+        Method::POST,
+        RECORDS,
+        Some(json!([{"payload": 1}, {"payload": 2}])),
+        202
+    );
+    let trim = "/topics/events/partitions/0/trim";
     cold.go_down();
-    let trim = TestRequest::post()
-        .uri("/topics/events/partitions/0/trim")
-        .to_request();
-    assert!(matches!(send(&app, trim).await, (503, _)));
+    expect!(app, Method::POST, trim, None, 503);
     cold.recover();
-    let trim = TestRequest::post()
-        .uri("/topics/events/partitions/0/trim")
-        .to_request();
-    let (status, body) = send(&app, trim).await;
+    let (status, body) = send(&app, TestRequest::post().uri(trim).to_request()).await;
     assert_eq!((status, body.as_str()), (200, r#"{"removed":1}"#));
 
-    let scrape = TestRequest::get().uri("/metrics").to_request();
-    let (_, text) = send(&app, scrape).await;
+    let text = scrape!(app);
     assert_sample(&text, r#"durability_cold_flushes_total{result="ok"} 1"#);
     assert_sample(&text, r#"durability_cold_flushes_total{result="error"} 1"#);
     assert!(matches!(
@@ -228,23 +240,19 @@ async fn a_leasing_group_shows_before_its_first_ack_and_only_leasing_groups_get_
     let log = TestLog::with(|_| {});
     let app =
         test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
-    let records = json!([{"payload": 1}, {"payload": 2}, {"payload": 3}]);
-    let append = TestRequest::post()
-        .uri("/topics/events/partitions/0/records")
-        .set_json(&records)
-        .to_request();
-    assert!(matches!(send(&app, append).await, (202, _)));
-    let lease = TestRequest::post()
-        .uri("/topics/events/partitions/0/groups/workers/leases?limit=1")
-        .to_request();
-    assert!(matches!(send(&app, lease).await, (200, _)));
-    let commit = TestRequest::put()
-        .uri("/topics/events/partitions/0/cursors/audit")
-        .set_json(json!({"offset": 1}))
-        .to_request();
-    assert!(matches!(send(&app, commit).await, (200, _)));
+    expect!(
+        app,
+        Method::POST,
+        RECORDS,
+        Some(json!([{"payload": 1}, {"payload": 2}, {"payload": 3}])),
+        202
+    );
+    let lease = "/topics/events/partitions/0/groups/workers/leases?limit=1";
+    expect!(app, Method::POST, lease, None, 200);
+    let cursor = "/topics/events/partitions/0/cursors/audit";
+    expect!(app, Method::PUT, cursor, Some(json!({"offset": 1})), 200);
 
-    let (_, text) = send(&app, TestRequest::get().uri("/metrics").to_request()).await;
+    let text = scrape!(app);
     assert_sample(
         &text,
         r#"durability_consumer_lag{group="workers",partition="0",topic="events"} 3"#,
@@ -270,20 +278,20 @@ async fn scrapes_leave_partitions_to_stop_and_stopped_partitions_keep_their_seri
     let log = TestLog::with(|config| config.partitions.idle_stop_ms = 300);
     let app =
         test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
-    let records = json!([{"payload": 1}, {"payload": 2}, {"payload": 3}]);
-    let append = TestRequest::post()
-        .uri("/topics/events/partitions/0/records")
-        .set_json(&records)
-        .to_request();
-    assert!(matches!(send(&app, append).await, (202, _)));
+    expect!(
+        app,
+        Method::POST,
+        RECORDS,
+        Some(json!([{"payload": 1}, {"payload": 2}, {"payload": 3}])),
+        202
+    );
     log.log.commit("events", 0, "audit", 1).await.unwrap();
     let lag = r#"durability_consumer_lag{group="audit",partition="0",topic="events"} 2"#;
 
     // Scraping far more often than the idle timeout does not keep the partition open.
     let mut scrapes = 0;
     let stopped = eventually(Duration::from_secs(20), async || {
-        let (_, text) = send(&app, TestRequest::get().uri("/metrics").to_request()).await;
-        assert_sample(&text, lag);
+        assert_sample(&scrape!(app), lag);
         scrapes += 1;
         log.log.running_partitions().await.unwrap().is_empty()
     })
@@ -291,8 +299,7 @@ async fn scrapes_leave_partitions_to_stop_and_stopped_partitions_keep_their_seri
     assert!(stopped, "the partition stopped while being scraped");
     assert!(scrapes > 1);
 
-    let (_, text) = send(&app, TestRequest::get().uri("/metrics").to_request()).await;
-    assert_sample(&text, lag);
+    assert_sample(&scrape!(app), lag);
     assert!(
         log.log.running_partitions().await.unwrap().is_empty(),
         "a scrape does not reopen a stopped partition"

@@ -13,6 +13,17 @@ fn limited(retention: Retention) -> TestStore {
     TestStore::with(|options| options.retention(retention))
 }
 
+/// Trims, and asserts that it removed `removed` records and left exactly `kept` (offset and
+/// payload) in the hot window, which nothing cold precedes.
+#[track_caller]
+fn assert_trim(t: &TestStore, removed: u64, kept: &[(u64, &str)]) {
+    assert_eq!(block_on(t.store.trim()).unwrap(), removed);
+    let (oldest, next) = (kept[0].0, kept[kept.len() - 1].0 + 1);
+    assert_eq!(t.store.bounds().unwrap(), bounds(oldest, oldest, next));
+    let page = t.store.read_now(Some(oldest), None).unwrap();
+    assert_eq!(entries(&page), expected(kept));
+}
+
 /// Case 8: records appended longer ago than `max_age_ms` leave; younger ones stay.
 #[test]
 fn age_retention_removes_only_records_older_than_the_limit() {
@@ -24,10 +35,7 @@ fn age_retention_removes_only_records_older_than_the_limit() {
     t.clock.advance(90_000);
     append_ok(&t.store, &plain(&["c"]));
 
-    assert_eq!(block_on(t.store.trim()).unwrap(), 2);
-    assert_eq!(t.store.bounds().unwrap(), bounds(2, 2, 3));
-    let page = t.store.read_now(Some(2), None).unwrap();
-    assert_eq!(entries(&page), expected(&[(2, "c")]));
+    assert_trim(&t, 2, &[(2, "c")]);
 }
 
 /// Case 9: `max_records` keeps the newest records and removes the oldest.
@@ -39,10 +47,7 @@ fn count_retention_keeps_the_newest_records() {
     });
     append_ok(&t.store, &plain(&["a", "b", "c", "d"]));
 
-    assert_eq!(block_on(t.store.trim()).unwrap(), 2);
-    assert_eq!(t.store.bounds().unwrap(), bounds(2, 2, 4));
-    let page = t.store.read_now(Some(2), None).unwrap();
-    assert_eq!(entries(&page), expected(&[(2, "c"), (3, "d")]));
+    assert_trim(&t, 2, &[(2, "c"), (3, "d")]);
 }
 
 /// Case 10: a reader behind the oldest retained offset gets `Truncated` naming where it can
@@ -152,10 +157,7 @@ fn trim_spans_several_passes() {
     append_ok(&t.store, &plain(&["c", "d"]));
     append_ok(&t.store, &plain(&["e"]));
 
-    assert_eq!(block_on(t.store.trim()).unwrap(), 4);
-    assert_eq!(t.store.bounds().unwrap(), bounds(4, 4, 5));
-    let page = t.store.read_now(Some(4), None).unwrap();
-    assert_eq!(entries(&page), expected(&[(4, "e")]));
+    assert_trim(&t, 4, &[(4, "e")]);
 }
 
 /// The offset sequence survives an empty hot window: after every record is trimmed and the

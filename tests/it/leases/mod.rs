@@ -38,6 +38,7 @@ fn lease_now(
 }
 
 /// The lease of a `Leased` outcome; panics on anything else.
+#[track_caller]
 fn leased(outcome: Result<LeaseOutcome, StoreError>) -> Lease {
     match outcome {
         Ok(LeaseOutcome::Leased(lease)) => lease,

@@ -23,36 +23,39 @@ fn memory_tier() -> (Arc<MemoryColdStore>, ColdTier) {
     (cold, tier)
 }
 
+/// A store keeping at most `max_records` hot records (flushing to `cold` when given), its
+/// groups leasing with `leases`.
+fn retaining(max_records: u64, cold: Option<ColdTier>, leases: LeaseOptions) -> TestStore {
+    TestStore::with(|options| {
+        let options = options
+            .retention(Retention {
+                max_records: Some(max_records),
+                ..Retention::default()
+            })
+            .leases(leases);
+        match cold {
+            Some(tier) => options.cold(tier),
+            None => options,
+        }
+    })
+}
+
 /// Case 30: a nacked range flushed to the cold tier by a trim is redelivered with its records
 /// read back from cold.
 #[actix::test]
 async fn range_flushed_while_pending_is_redelivered_from_cold() {
     let (cold, tier) = memory_tier();
-    let t = TestStore::with(|options| {
-        options
-            .retention(Retention {
-                max_records: Some(1),
-                ..Retention::default()
-            })
-            .cold(tier)
-            .leases(LeaseOptions::default())
-    });
+    let t = retaining(1, Some(tier), LeaseOptions::default());
     append_ok(&t.store, &plain(&["a", "b"]));
 
-    let lease = match t.store.lease("search", Some(1)).await {
-        Ok(LeaseOutcome::Leased(lease)) => lease,
-        other => panic!("expected a leased range, got {other:?}"),
-    };
+    let lease = leased(t.store.lease("search", Some(1)).await);
     assert_eq!(lease.first_offset, 0);
     t.store.nack("search", &lease.batch_id, 0).unwrap();
     assert_eq!(t.store.trim().await.unwrap(), 1);
     assert_eq!(cold.len(), 1);
     assert_eq!(t.store.bounds().unwrap(), bounds(0, 1, 2));
 
-    let again = match t.store.lease("search", Some(1)).await {
-        Ok(LeaseOutcome::Leased(lease)) => lease,
-        other => panic!("expected the flushed range again, got {other:?}"),
-    };
+    let again = leased(t.store.lease("search", Some(1)).await);
     assert_eq!((again.first_offset, again.last_offset), (0, 0));
     assert_eq!(again.attempt, 2);
     assert_eq!(lease_entries(&again), pairs(&[(0, "a")]));
@@ -64,34 +67,24 @@ async fn range_flushed_while_pending_is_redelivered_from_cold() {
 #[actix::test]
 async fn a_range_partly_flushed_is_redelivered_whole() {
     let (cold, tier) = memory_tier();
-    let t = TestStore::with(|options| {
-        options
-            .retention(Retention {
-                max_records: Some(2),
-                ..Retention::default()
-            })
-            .cold(tier)
-            .leases(LeaseOptions {
-                lease_ms: 1_000,
-                ..LeaseOptions::default()
-            })
-    });
+    let t = retaining(
+        2,
+        Some(tier),
+        LeaseOptions {
+            lease_ms: 1_000,
+            ..LeaseOptions::default()
+        },
+    );
     append_ok(&t.store, &plain(&["a", "b", "c", "d"]));
 
-    let held = match t.store.lease("search", Some(3)).await {
-        Ok(LeaseOutcome::Leased(lease)) => lease,
-        other => panic!("expected a leased range, got {other:?}"),
-    };
+    let held = leased(t.store.lease("search", Some(3)).await);
     assert_eq!((held.first_offset, held.last_offset), (0, 2));
     assert_eq!(t.store.trim().await.unwrap(), 2);
     assert_eq!(cold.len(), 1);
     assert_eq!(t.store.bounds().unwrap(), bounds(0, 2, 4));
 
     t.clock.advance(1_000);
-    let again = match t.store.lease("search", Some(1)).await {
-        Ok(LeaseOutcome::Leased(lease)) => lease,
-        other => panic!("expected the range again, got {other:?}"),
-    };
+    let again = leased(t.store.lease("search", Some(1)).await);
     assert_eq!((again.first_offset, again.last_offset), (0, 2));
     assert_eq!(again.attempt, 2);
     assert_eq!(
@@ -106,20 +99,10 @@ async fn a_range_partly_flushed_is_redelivered_whole() {
 /// the oldest offset and the next lease continues there.
 #[actix::test]
 async fn truncation_is_reported_once_and_the_group_moves_to_oldest() {
-    let t = TestStore::with(|options| {
-        options
-            .retention(Retention {
-                max_records: Some(1),
-                ..Retention::default()
-            })
-            .leases(LeaseOptions::default())
-    });
+    let t = retaining(1, None, LeaseOptions::default());
     append_ok(&t.store, &plain(&["a", "b", "c", "d", "e"]));
 
-    let lease = match t.store.lease("search", Some(1)).await {
-        Ok(LeaseOutcome::Leased(lease)) => lease,
-        other => panic!("expected a leased range, got {other:?}"),
-    };
+    let lease = leased(t.store.lease("search", Some(1)).await);
     assert_eq!(lease.first_offset, 0);
     t.store.nack("search", &lease.batch_id, 0).unwrap();
     assert_eq!(t.store.trim().await.unwrap(), 4);
@@ -142,11 +125,7 @@ async fn truncation_is_reported_once_and_the_group_moves_to_oldest() {
         "the truncation answer moves the cursor to the oldest offset"
     );
 
-    let next = t.store.lease("search", Some(1)).await;
-    let next = match next {
-        Ok(LeaseOutcome::Leased(lease)) => lease,
-        other => panic!("expected the range at the oldest offset, got {other:?}"),
-    };
+    let next = leased(t.store.lease("search", Some(1)).await);
     assert_eq!(next.first_offset, 4);
     assert_eq!(lease_entries(&next), pairs(&[(4, "e")]));
     assert_eq!(t.store.ack("search", &next.batch_id).unwrap(), Some(5));
@@ -157,17 +136,14 @@ async fn truncation_is_reported_once_and_the_group_moves_to_oldest() {
 /// offset and drops them all; the next lease continues at the oldest offset.
 #[test]
 fn truncation_of_several_ranges_is_reported_once() {
-    let t = TestStore::with(|options| {
-        options
-            .retention(Retention {
-                max_records: Some(1),
-                ..Retention::default()
-            })
-            .leases(LeaseOptions {
-                max_parallelism: 2,
-                ..LeaseOptions::default()
-            })
-    });
+    let t = retaining(
+        1,
+        None,
+        LeaseOptions {
+            max_parallelism: 2,
+            ..LeaseOptions::default()
+        },
+    );
     append_ok(&t.store, &plain(&["a", "b", "c", "d", "e"]));
     let first = leased(lease_now(&t.store, "search", Some(1)));
     let second = leased(lease_now(&t.store, "search", Some(2)));
@@ -204,14 +180,7 @@ fn truncation_of_several_ranges_is_reported_once() {
 /// without an error, while a group whose committed cursor fell below it is told once.
 #[test]
 fn a_group_that_never_leased_starts_at_oldest_without_error() {
-    let t = TestStore::with(|options| {
-        options
-            .retention(Retention {
-                max_records: Some(2),
-                ..Retention::default()
-            })
-            .leases(LeaseOptions::default())
-    });
+    let t = retaining(2, None, LeaseOptions::default());
     append_ok(&t.store, &plain(&["a", "b", "c", "d", "e"]));
     assert_eq!(t.store.commit("old", 1).unwrap(), 1);
     assert_eq!(block_on(t.store.trim()).unwrap(), 3);
