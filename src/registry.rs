@@ -387,6 +387,10 @@ pub(crate) struct PartitionRegistry {
     memory_returned: std::time::Instant,
     /// Whether a return of memory is scheduled.
     memory_return_due: bool,
+    /// The partitions stored when the log opened, for [`Actor::started`] to wake. Listed while
+    /// the log opens: that is storage I/O of the open, and a log dropped before the actor's
+    /// first turn must not leave it reading files that may be gone.
+    stored_at_open: Vec<PartitionId>,
 }
 
 /// Least time between two returns of freed memory to the operating system.
@@ -428,6 +432,11 @@ impl PartitionRegistry {
             addresses,
         } = parts;
         let max_open = config.partitions.max_open();
+        let mut stored_at_open = volumes.partitions().unwrap_or_else(|err| {
+            log::error!("cannot list the stored partitions to run their retention: {err}");
+            Vec::new()
+        });
+        stored_at_open.sort();
         log::info!(
             "partitions: {} volumes, at most {max_open} open at once",
             volumes.volumes.len()
@@ -449,6 +458,7 @@ impl PartitionRegistry {
             generations: 0,
             memory_returned: std::time::Instant::now(),
             memory_return_due: false,
+            stored_at_open,
         }
     }
 
@@ -634,11 +644,7 @@ impl Actor for PartitionRegistry {
     /// Wakes every known partition once, spread over one sweep interval, so retention runs on
     /// partitions nobody touches after a restart.
     fn started(&mut self, ctx: &mut Self::Context) {
-        let mut found = self.volumes.partitions().unwrap_or_else(|err| {
-            log::error!("cannot list the stored partitions to run their retention: {err}");
-            Vec::new()
-        });
-        found.sort();
+        let found = std::mem::take(&mut self.stored_at_open);
         let spread = Duration::from_millis(self.config.retention.sweep_interval_ms);
         let count = found.len().max(1) as u32;
         for (position, id) in found.into_iter().enumerate() {

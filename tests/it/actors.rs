@@ -401,6 +401,38 @@ async fn a_stopped_partition_wakes_when_retention_is_due() {
     assert!(trimmed, "the due record was trimmed");
 }
 
+/// After a restart, every stored partition is woken once within a sweep interval, so retention
+/// runs on partitions nobody touches: a record that came due while the log was down is trimmed
+/// without any request to its partition.
+#[actix::test]
+async fn stored_partitions_are_woken_for_retention_after_a_restart() {
+    let t = TestLog::with(|config| {
+        config.retention.max_age_ms = 100;
+        config.retention.sweep_interval_ms = 200;
+    });
+    t.log
+        .append("events", 0, vec![record("old")])
+        .await
+        .unwrap();
+    t.log.shutdown().await.unwrap();
+    actix_rt::time::sleep(Duration::from_millis(200)).await;
+
+    let log = durability::Log::open(t.config.clone()).unwrap();
+    let counters = log.partition_counters();
+    // Nothing is sent to the partition until it has opened by itself.
+    let woke = eventually(Duration::from_secs(10), async || counters.opened() > 0).await;
+    assert!(woke, "the stored partition was woken after the restart");
+    let trimmed = eventually(Duration::from_secs(10), async || {
+        log.bounds("events", 0).await.unwrap().hot_offset == 1
+    })
+    .await;
+    assert!(
+        trimmed,
+        "the record that came due while the log was down was trimmed"
+    );
+    log.shutdown().await.unwrap();
+}
+
 /// A range past `max_attempts` goes to the dead-letter topic (same payload, key
 /// `{topic}:{partition}:{offset}`, routed by that key), is skipped, and the group moves on;
 /// the lease call that sent it answers `None`.
