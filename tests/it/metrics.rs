@@ -56,6 +56,13 @@ macro_rules! scrape {
 /// Partition 0 of `events`, where most tests append.
 const RECORDS: &str = "/topics/events/partitions/0/records";
 
+/// Appends the JSON array `records` to [`RECORDS`].
+macro_rules! append {
+    ($app:expr, $records:expr) => {
+        expect!($app, Method::POST, RECORDS, Some($records), 202)
+    };
+}
+
 /// Asserts that the scrape `text` has the sample `line` (name, labels and value).
 fn assert_sample(text: &str, line: &str) {
     assert!(
@@ -73,12 +80,9 @@ async fn scrape_reports_appends_reads_lag_leases_and_requests() {
     let app =
         test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
 
-    expect!(
+    append!(
         app,
-        Method::POST,
-        RECORDS,
-        Some(json!([{"payload": {"n": 1}}, {"payload": {"n": 2}}, {"payload": {"n": 3}}])),
-        202
+        json!([{"payload": {"n": 1}}, {"payload": {"n": 2}}, {"payload": {"n": 3}}])
     );
     let events = json!([
         {"partitionKey": "a", "payload": "x"},
@@ -210,13 +214,7 @@ async fn cold_flushes_are_counted_by_result() {
     let app =
         test::init_service(App::new().configure(durability::http::service(log.clone()))).await;
 
-    expect!(
-        app,
-        Method::POST,
-        RECORDS,
-        Some(json!([{"payload": 1}, {"payload": 2}])),
-        202
-    );
+    append!(app, json!([{"payload": 1}, {"payload": 2}]));
     let trim = "/topics/events/partitions/0/trim";
     cold.go_down();
     expect!(app, Method::POST, trim, None, 503);
@@ -240,13 +238,7 @@ async fn a_leasing_group_shows_before_its_first_ack_and_only_leasing_groups_get_
     let log = TestLog::with(|_| {});
     let app =
         test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
-    expect!(
-        app,
-        Method::POST,
-        RECORDS,
-        Some(json!([{"payload": 1}, {"payload": 2}, {"payload": 3}])),
-        202
-    );
+    append!(app, json!([{"payload": 1}, {"payload": 2}, {"payload": 3}]));
     let lease = "/topics/events/partitions/0/groups/workers/leases?limit=1";
     expect!(app, Method::POST, lease, None, 200);
     let cursor = "/topics/events/partitions/0/cursors/audit";
@@ -278,13 +270,7 @@ async fn scrapes_leave_partitions_to_stop_and_stopped_partitions_keep_their_seri
     let log = TestLog::with(|config| config.partitions.idle_stop_ms = 300);
     let app =
         test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
-    expect!(
-        app,
-        Method::POST,
-        RECORDS,
-        Some(json!([{"payload": 1}, {"payload": 2}, {"payload": 3}])),
-        202
-    );
+    append!(app, json!([{"payload": 1}, {"payload": 2}, {"payload": 3}]));
     log.log.commit("events", 0, "audit", 1).await.unwrap();
     let lag = r#"durability_consumer_lag{group="audit",partition="0",topic="events"} 2"#;
 
