@@ -1,5 +1,6 @@
-//! The naming rules for topics and consumer groups: the one place that decides which names are
-//! valid, checked before any name reaches the filesystem or a database.
+//! The naming rules for topics, consumer groups and partition numbers in paths: the one place
+//! that decides which names are valid, checked before any name reaches the filesystem or a
+//! database.
 
 /// Longest topic name, in characters.
 pub const MAX_TOPIC_LEN: usize = 128;
@@ -75,55 +76,6 @@ pub fn validate_group(name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A partition's shard name, the one spelling every layer uses, is `{topic}:{partition}`.
-    #[test]
-    fn shard_names_join_topic_and_partition() {
-        let id = PartitionId::new("orders", 3).unwrap();
-        assert_eq!(id.to_string(), "orders:3");
-    }
-
-    /// Names at the edges of the rules are accepted or refused as the contract says.
-    #[test]
-    fn topic_and_group_rules() {
-        assert!(validate_topic("events").is_ok());
-        assert!(validate_topic("a.b_c-1").is_ok());
-        assert!(validate_topic(&"t".repeat(128)).is_ok());
-        assert!(validate_topic(&"t".repeat(129)).is_err());
-        assert!(validate_topic("").is_err());
-        assert!(validate_topic(".hidden").is_err());
-        assert!(validate_topic("..").is_err());
-        assert!(validate_topic("a/b").is_err());
-        assert!(validate_topic("a:b").is_err());
-        assert!(validate_topic("é").is_err());
-        assert!(validate_group("search:v2").is_ok());
-        assert!(validate_group(&"g".repeat(256)).is_ok());
-        assert!(validate_group(&"g".repeat(257)).is_err());
-        assert!(validate_group("").is_err());
-        assert!(validate_group("a b").is_err());
-        assert!(validate_group("a/b").is_err());
-    }
-
-    /// A partition segment is digits; one too large for a `u32` reads as past every count.
-    #[test]
-    fn partition_segments() {
-        assert_eq!(parse_partition("0"), Ok(0));
-        assert_eq!(parse_partition("007"), Ok(7));
-        assert_eq!(parse_partition("4294967296"), Ok(u32::MAX));
-        assert_eq!(parse_partition("99999999999999999999999"), Ok(u32::MAX));
-        for text in ["", "-1", "+1", "1.0", "a", " 1"] {
-            assert_eq!(
-                parse_partition(text).unwrap_err().kind,
-                "partition",
-                "{text:?}"
-            );
-        }
-    }
-}
-
 /// Reads a partition index written as text (a path segment): decimal digits only. An index too
 /// large for a `u32` is past every topic's partition count, so it reads as `u32::MAX`, which no
 /// topic reaches, and is then refused as any index past the count is.
@@ -177,5 +129,54 @@ impl std::fmt::Display for PartitionId {
     /// The shard name, `{topic}:{partition}`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}:{}", self.topic, self.index)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A partition's shard name, the one spelling every layer uses, is `{topic}:{partition}`.
+    #[test]
+    fn shard_names_join_topic_and_partition() {
+        let id = PartitionId::new("orders", 3).unwrap();
+        assert_eq!(id.to_string(), "orders:3");
+    }
+
+    /// Names at the edges of the rules are accepted or refused as the contract says.
+    #[test]
+    fn topic_and_group_rules() {
+        assert!(validate_topic("events").is_ok());
+        assert!(validate_topic("a.b_c-1").is_ok());
+        assert!(validate_topic(&"t".repeat(128)).is_ok());
+        assert!(validate_topic(&"t".repeat(129)).is_err());
+        assert!(validate_topic("").is_err());
+        assert!(validate_topic(".hidden").is_err());
+        assert!(validate_topic("..").is_err());
+        assert!(validate_topic("a/b").is_err());
+        assert!(validate_topic("a:b").is_err());
+        assert!(validate_topic("é").is_err());
+        assert!(validate_group("search:v2").is_ok());
+        assert!(validate_group(&"g".repeat(256)).is_ok());
+        assert!(validate_group(&"g".repeat(257)).is_err());
+        assert!(validate_group("").is_err());
+        assert!(validate_group("a b").is_err());
+        assert!(validate_group("a/b").is_err());
+    }
+
+    /// A partition segment is digits; one too large for a `u32` reads as past every count.
+    #[test]
+    fn partition_segments() {
+        assert_eq!(parse_partition("0"), Ok(0));
+        assert_eq!(parse_partition("007"), Ok(7));
+        assert_eq!(parse_partition("4294967296"), Ok(u32::MAX));
+        assert_eq!(parse_partition("99999999999999999999999"), Ok(u32::MAX));
+        for text in ["", "-1", "+1", "1.0", "a", " 1"] {
+            assert_eq!(
+                parse_partition(text).unwrap_err().kind,
+                "partition",
+                "{text:?}"
+            );
+        }
     }
 }

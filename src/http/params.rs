@@ -37,8 +37,10 @@ fn name_schema(max_length: usize, pattern: &str) -> ObjectBuilder {
 fn topic() -> Parameter {
     path_parameter(
         "topic",
-        "The topic: 1 to 128 characters of `A-Z a-z 0-9 . _ -`, not starting with `.` \
-         (`400 invalid_name` otherwise).",
+        &format!(
+            "The topic: 1 to {MAX_TOPIC_LEN} characters of `A-Z a-z 0-9 . _ -`, not starting \
+             with `.` (`400 invalid_name` otherwise)."
+        ),
         name_schema(MAX_TOPIC_LEN, TOPIC_PATTERN),
     )
 }
@@ -58,8 +60,10 @@ fn partition() -> Parameter {
 fn group() -> Parameter {
     path_parameter(
         "group",
-        "The consumer group: 1 to 256 characters of `A-Z a-z 0-9 . _ - :` \
-         (`400 invalid_name` otherwise).",
+        &format!(
+            "The consumer group: 1 to {MAX_GROUP_LEN} characters of `A-Z a-z 0-9 . _ - :` \
+             (`400 invalid_name` otherwise)."
+        ),
         name_schema(MAX_GROUP_LEN, GROUP_PATTERN),
     )
 }
