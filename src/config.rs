@@ -33,6 +33,14 @@ pub const MAX_PARTITIONS_PER_TOPIC: u32 = 4096;
 /// Sections a `[topics.<name>]` table may override.
 const TOPIC_SECTIONS: [&str; 3] = ["log", "retention", "leases"];
 
+/// The settings whose values are secrets: no error message shows them (and the logged
+/// configuration redacts the token and the secret key).
+pub const SECRET_KEYS: [&str; 3] = [
+    "server.auth_token",
+    "cold.s3_access_key",
+    "cold.s3_secret_key",
+];
+
 /// Why a configuration was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -45,12 +53,17 @@ pub enum ConfigError {
         /// What the operating system said.
         message: String,
     },
-    /// The file is not valid TOML.
-    #[error("{source_name} is not valid TOML: {message}")]
+    /// The file is not valid TOML. The message never quotes the file's text, which may hold a
+    /// secret: the line and column say where the parser stopped.
+    #[error("{source_name} is not valid TOML{}: {message}", position(*.line, *.column))]
     Syntax {
         /// The file or variable that failed to parse.
         source_name: String,
-        /// The parser's message.
+        /// The line (from 1) where the parser stopped, when it says.
+        line: Option<usize>,
+        /// The column (from 1, in characters) where the parser stopped, when it says.
+        column: Option<usize>,
+        /// The parser's message (what it found and expected, without the text).
         message: String,
     },
     /// A key that does not exist.
@@ -69,6 +82,15 @@ pub enum ConfigError {
         /// What is wrong with the value.
         message: String,
     },
+}
+
+/// `" at line L, column C"` for a syntax error's position, or nothing when it is unknown.
+fn position(line: Option<usize>, column: Option<usize>) -> String {
+    match (line, column) {
+        (Some(line), Some(column)) => format!(" at line {line}, column {column}"),
+        (Some(line), None) => format!(" at line {line}"),
+        _ => String::new(),
+    }
 }
 
 impl ConfigError {
@@ -346,8 +368,8 @@ impl Config {
             }
         }
         resolve_topics(&mut merged)?;
-        let config: Self = serde_path_to_error::deserialize(Value::Table(merged))
-            .map_err(|err| ConfigError::invalid(err.path().to_string(), err.inner().message()))?;
+        let config: Self =
+            serde_path_to_error::deserialize(Value::Table(merged)).map_err(type_error)?;
         config.validate()?;
         Ok(config)
     }
@@ -575,11 +597,48 @@ fn redacted(secret: &str) -> &'static str {
     if secret.is_empty() { "" } else { "<redacted>" }
 }
 
+/// Parses `text`. A syntax error keeps the parser's message and position but not its quote
+/// of the offending line, which may be a secret's (`auth_token = "unterminated`), or a line
+/// inside a secret's multi-line string.
 fn parse_toml(source_name: &str, text: &str) -> Result<Table, ConfigError> {
-    text.parse::<Table>().map_err(|err| ConfigError::Syntax {
-        source_name: source_name.to_owned(),
-        message: err.to_string(),
+    text.parse::<Table>().map_err(|err| {
+        let (line, column) = err
+            .span()
+            .map(|span| line_and_column(text, span.start))
+            .unzip();
+        ConfigError::Syntax {
+            source_name: source_name.to_owned(),
+            line,
+            column,
+            message: err.message().to_owned(),
+        }
     })
+}
+
+/// The line and column, both from 1, of the byte `offset` of `text` (the column counts
+/// characters).
+fn line_and_column(text: &str, offset: usize) -> (usize, usize) {
+    let mut offset = offset.min(text.len());
+    while !text.is_char_boundary(offset) {
+        offset -= 1;
+    }
+    let before = &text[..offset];
+    let line_start = before.rfind('\n').map_or(0, |newline| newline + 1);
+    let line = before.matches('\n').count() + 1;
+    (line, before[line_start..].chars().count() + 1)
+}
+
+/// A value that does not fit its key's type, named by the key. serde's message quotes the
+/// value (``invalid type: integer `1234`, expected a string``), so a secret's gets a message
+/// of its own: every secret is a string, so a wrong type is all it can be refused for.
+fn type_error(err: serde_path_to_error::Error<toml::de::Error>) -> ConfigError {
+    let key = err.path().to_string();
+    let message = if SECRET_KEYS.contains(&key.as_str()) {
+        "expected a string (the value of a secret is not shown)".to_owned()
+    } else {
+        err.inner().message().to_owned()
+    };
+    ConfigError::invalid(key, message)
 }
 
 /// Writes `over` into `base`, refusing keys that `schema` (a table of the defaults) does not

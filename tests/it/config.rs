@@ -305,3 +305,60 @@ fn a_body_limit_below_the_record_limit_starts() {
     assert_eq!(config.server.max_body_bytes, 1024);
     assert!(config.log.max_record_bytes > 1024);
 }
+
+/// No error shows a secret's value: a secret of the wrong type in the file is refused naming
+/// its key, and a syntax error on a secret's line (or inside its multi-line string) gives the
+/// line and column, never the text of that line.
+#[test]
+fn errors_on_a_secret_never_show_its_value() {
+    let wrong_types = [
+        ("[server]\nauth_token = 12345678\n", "server.auth_token"),
+        ("[cold]\ns3_secret_key = 987654321\n", "cold.s3_secret_key"),
+        ("[cold]\ns3_access_key = 24681357\n", "cold.s3_access_key"),
+        ("[cold]\ns3_secret_key = 31415.9265\n", "cold.s3_secret_key"),
+    ];
+    for (file, secret_key) in wrong_types {
+        let value = file.lines().nth(1).unwrap().split(" = ").nth(1).unwrap();
+        let err = Config::from_sources(Some(("f.toml", file)), env(&[])).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::InvalidValue { key, .. } if key == secret_key),
+            "{err:?}"
+        );
+        let shown = err.to_string();
+        assert!(shown.contains(secret_key), "{shown}");
+        assert!(!shown.contains(value), "{shown}");
+        assert!(!format!("{err:?}").contains(value), "{err:?}");
+    }
+
+    let syntax_errors = [
+        ("[server]\nauth_token = \"s3cr3t-open\n", 2),
+        ("[server]\nauth_token = s3cr3t-bare\n", 2),
+        ("[cold]\ns3_secret_key = 's3cr3t' s3cr3t-after\n", 2),
+        ("[cold]\ns3_access_key = \"s3cr3t\\q\"\n", 2),
+        (
+            "[server]\nauth_token = \"s3cr3t-1\"\nauth_token = \"s3cr3t-2\"\n",
+            3,
+        ),
+        (
+            "[server]\nbind = \"127.0.0.1:0\"\nauth_token = { s3cr3t = 1 \n",
+            3,
+        ),
+    ];
+    for (file, line) in syntax_errors {
+        let err = Config::from_sources(Some(("f.toml", file)), env(&[])).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::Syntax { source_name, line: Some(at), .. }
+                if source_name == "f.toml" && *at == line),
+            "{file:?}: {err:?}"
+        );
+        let shown = err.to_string();
+        assert!(shown.contains(&format!("line {line}")), "{shown}");
+        assert!(!shown.contains("s3cr3t"), "{file:?}: {shown}");
+        assert!(!format!("{err:?}").contains("s3cr3t"), "{err:?}");
+    }
+    // A multi-line string left open: the parser stops past the secret's first line.
+    let open = "[server]\nauth_token = \"\"\"s3cr3t-first\ns3cr3t-second\n";
+    let err = Config::from_sources(Some(("f.toml", open)), env(&[])).unwrap_err();
+    assert!(matches!(&err, ConfigError::Syntax { .. }), "{err:?}");
+    assert!(!err.to_string().contains("s3cr3t"), "{err}");
+}
