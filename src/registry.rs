@@ -255,8 +255,9 @@ impl Volumes {
                 return Ok(Some((volume.clone(), store)));
             }
         }
-        // Created only when no volume that could not be opened may hold it already.
-        let create = create && self.unopened.is_empty();
+        // Created only when no volume that could not be opened, or that lost commits, may hold
+        // it already.
+        let create = create && self.unopened.is_empty() && self.lost().next().is_none();
         let found = match &self.volumes[home] {
             Some(volume) => {
                 LogStore::open_in(volume, id.topic(), id.index(), options.clone(), create)?
@@ -264,18 +265,38 @@ impl Volumes {
             }
             None => None,
         };
-        match (found, self.unopened.first()) {
-            (None, Some(unopened)) => Err(StoreError::Corrupted {
-                reason: format!("{id} may be stored in {unopened}"),
-            }),
-            (found, _) => Ok(found),
+        if found.is_some() {
+            return Ok(found);
         }
+        if let Some(unopened) = self.unopened.first() {
+            return Err(StoreError::Corrupted {
+                reason: format!("{id} may be stored in {unopened}"),
+            });
+        }
+        // Its home volume first, if that one lost commits.
+        let lost = self.volumes[home]
+            .iter()
+            .filter(|volume| volume.known_loss().is_some())
+            .chain(self.lost());
+        Ok(lost.take(1).find_map(|volume| {
+            LogStore::open_unlisted(volume, options.clone()).map(|store| (volume.clone(), store))
+        }))
     }
 
-    /// Every stored partition.
+    /// The volumes that hold fewer commits than they acknowledged.
+    fn lost(&self) -> impl Iterator<Item = &Arc<Volume>> {
+        self.volumes
+            .iter()
+            .flatten()
+            .filter(|volume| volume.known_loss().is_some())
+    }
+
+    /// Every stored partition, but those of volumes that lost commits (whose retention cannot
+    /// run).
     fn partitions(&self) -> Result<Vec<PartitionId>, StoreError> {
         let mut found = Vec::new();
-        for volume in self.volumes.iter().flatten() {
+        let intact = self.volumes.iter().flatten();
+        for volume in intact.filter(|volume| volume.known_loss().is_none()) {
             let partitions = volume.partitions()?.into_iter();
             found.extend(
                 partitions.filter_map(|(_, topic, index)| PartitionId::new(&topic, index).ok()),
@@ -294,7 +315,20 @@ impl Volumes {
     }
 
     /// The topics with at least one stored partition, by name.
+    ///
+    /// # Errors
+    /// `corrupted` when a volume cannot be opened or lost commits: the list cannot be vouched
+    /// for. A storage failure.
     pub fn topics(&self) -> Result<Vec<String>, StoreError> {
+        let unvouched = |reason: String| StoreError::Corrupted {
+            reason: format!("the topics cannot be listed: {reason}"),
+        };
+        if let Some(unopened) = self.unopened.first() {
+            return Err(unvouched(unopened.to_string()));
+        }
+        if let Some(loss) = self.lost().find_map(|volume| volume.known_loss()) {
+            return Err(unvouched(loss.to_owned()));
+        }
         let mut topics = Vec::new();
         for volume in self.volumes.iter().flatten() {
             topics.extend(volume.topics()?);

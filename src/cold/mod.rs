@@ -42,6 +42,26 @@ impl SegmentKey {
         Self(format!("{head}{topic}/{partition}/{first:020}-{last:020}"))
     }
 
+    /// The prefix of every segment key of `topic`'s `partition` (ending in `/`, so that it
+    /// names no other partition).
+    pub fn partition_prefix(prefix: &str, topic: &str, partition: u32) -> String {
+        let key = Self::new(prefix, topic, partition, 0, 0).0;
+        let end = key.rfind('/').map_or(0, |slash| slash + 1);
+        key[..end].to_owned()
+    }
+
+    /// The first and last offsets that the key names, if it is a segment key.
+    pub fn offsets(&self) -> Option<(u64, u64)> {
+        let name = self.0.rsplit('/').next()?;
+        let (first, last) = name.split_once('-')?;
+        let digits = |text: &str| {
+            (text.len() == 20 && text.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| text.parse().ok())
+                .flatten()
+        };
+        Some((digits(first)?, digits(last)?)).filter(|(first, last)| first <= last)
+    }
+
     /// A key as stored in a segment index.
     pub fn from_stored(key: String) -> Self {
         Self(key)
@@ -146,5 +166,13 @@ mod tests {
             SegmentKey::new("/p/", "t", 0, 0, 0).as_str(),
             "p/t/0/00000000000000000000-00000000000000000000"
         );
+        assert_eq!(
+            SegmentKey::partition_prefix("segments", "events", 3),
+            "segments/events/3/"
+        );
+        assert_eq!(SegmentKey::partition_prefix("", "t", 1), "t/1/");
+        assert_eq!(early.offsets(), Some((9, 99)));
+        assert_eq!(SegmentKey::from_stored("t/1/x-y".into()).offsets(), None);
+        assert_eq!(SegmentKey::from_stored("t/1/9-99".into()).offsets(), None);
     }
 }

@@ -84,6 +84,8 @@ impl Handler<RunRetention> for PartitionActor {
             match trimmed {
                 Ok(0) => {}
                 Ok(removed) => log::debug!("partition {id}: retention removed {removed} records"),
+                // Damage was logged once, when it was found; retention waits for the repair.
+                Err(err) if err.code() == "corrupted" => {}
                 Err(err) => log::warn!("partition {id}: retention failed, will retry: {err}"),
             }
         })

@@ -11,6 +11,7 @@
 mod append;
 mod commit_queue;
 mod cursors;
+mod damage;
 mod error;
 mod leases;
 mod read;
@@ -28,6 +29,7 @@ use serde::Deserialize;
 
 pub use append::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check_batch};
 pub use cursors::GroupPosition;
+pub use damage::{AcceptError, AcceptedDamage, DamageKind, DamageMark, accept_damage};
 pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record, check_offset, page_limit, unsigned_offset};
@@ -208,7 +210,28 @@ impl LogStore {
         else {
             return Ok(None);
         };
-        Ok(Some(Self {
+        Ok(Some(Self::opened(volume, key, tail, epoch, options)))
+    }
+
+    /// A stand-in for a partition found in no volume while `volume` has a known loss (see
+    /// [`Volume::known_loss`]): it may have been stored there. Like every partition of such a
+    /// volume it refuses everything but the reads that intact cold segments serve. `None` when
+    /// `volume` has no known loss.
+    pub fn open_unlisted(volume: &Arc<Volume>, options: StoreOptions) -> Option<Self> {
+        volume.known_loss()?;
+        // No `partitions` row has key 0 (SQLite's row ids start at 1).
+        let epoch = volume.shared().epoch();
+        Some(Self::opened(volume, 0, Tail::default(), epoch, options))
+    }
+
+    fn opened(
+        volume: &Arc<Volume>,
+        key: i64,
+        tail: Tail,
+        epoch: u64,
+        options: StoreOptions,
+    ) -> Self {
+        Self {
             volume: volume.clone(),
             key,
             options,
@@ -220,7 +243,7 @@ impl LogStore {
             trimming: volume.shared().trim_lock(key),
             uploads_unsettled: AtomicBool::new(true),
             segment_cache: read::SegmentCache::default(),
-        }))
+        }
     }
 
     /// The volume's database file.

@@ -72,6 +72,9 @@ impl LogStore {
     /// [`StoreError::Cold`] when the cold store cannot be reached, or a storage failure.
     pub async fn read(&self, from: Option<u64>, limit: Option<usize>) -> Result<Page, StoreError> {
         let limit = self.page_limit(limit)?;
+        if let Some(loss) = self.volume.shared().known_loss() {
+            return self.read_lost(loss.to_owned(), from, limit).await;
+        }
         let view = self.recent_view(from.unwrap_or(0), limit);
         let start = self.snapshot(|tx| {
             let bounds = self.bounds_in(tx, &view)?;
@@ -135,6 +138,82 @@ impl LogStore {
                 });
             }
             self.finish_page(tx, &bounds, &view, position, records, limit)
+        })
+    }
+
+    /// A read of a partition whose volume lost acknowledged commits ([`Volume::known_loss`]):
+    /// only what intact cold segments hold can be vouched for, and they are found by listing
+    /// the cold tier, as the segment index may be lost too. Anything else is `corrupted`, and
+    /// `lag` counts only what the listed segments hold past the page.
+    ///
+    /// [`Volume::known_loss`]: super::Volume::known_loss
+    async fn read_lost(
+        &self,
+        loss: String,
+        from: Option<u64>,
+        limit: usize,
+    ) -> Result<Page, StoreError> {
+        let not_vouched = |position: u64| StoreError::Corrupted {
+            reason: format!("{loss}; offset {position} is in no intact cold segment"),
+        };
+        let Some(cold) = &self.options.cold else {
+            return Err(not_vouched(from.unwrap_or(0)));
+        };
+        let prefix = SegmentKey::partition_prefix(&cold.prefix, &cold.topic, cold.partition);
+        let listed: Vec<(u64, u64, SegmentKey)> = cold
+            .store
+            .list(&prefix)
+            .await?
+            .into_iter()
+            .filter_map(|key| key.offsets().map(|(first, last)| (first, last, key)))
+            .collect();
+        let start = from.unwrap_or_else(|| listed.first().map_or(0, |(first, ..)| *first));
+        let mut records: Vec<Record> = Vec::new();
+        let mut position = start;
+        while records.len() < limit {
+            // Sorted by first offset: the last segment that starts at or below `position`.
+            let Some((first, last, key)) = listed
+                .iter()
+                .rev()
+                .find(|(first, last, _)| *first <= position && position <= *last)
+            else {
+                break;
+            };
+            let Some(bytes) = cold.store.get(key).await? else {
+                log::warn!("{}: cold segment {key} is missing", self.describe());
+                break;
+            };
+            let expected = segment::Expected {
+                topic: &cold.topic,
+                partition: cold.partition,
+                first_offset: *first,
+                last_offset: *last,
+                checksum: segment::header_checksum(&bytes).unwrap_or_default(),
+            };
+            let segment = match segment::decode(&bytes, &expected) {
+                Ok(segment) => segment,
+                Err(why) => {
+                    log::error!("{}: cold segment {key} is damaged: {why}", self.describe());
+                    break;
+                }
+            };
+            let wanted = limit - records.len();
+            records.extend(
+                segment
+                    .into_iter()
+                    .filter(|r| r.offset >= position)
+                    .take(wanted),
+            );
+            position = records.last().map_or(position, |last| last.offset + 1);
+        }
+        if records.is_empty() {
+            return Err(not_vouched(start));
+        }
+        let held_end = listed.iter().map(|(_, last, _)| last + 1).max();
+        Ok(Page {
+            lag: held_end.unwrap_or(position).saturating_sub(position),
+            records,
+            next_offset: position,
         })
     }
 

@@ -116,6 +116,9 @@ impl LogStore {
     /// [`StoreError::Cold`] when the cold store fails: passes already done stay done, the
     /// failed pass removes nothing. A storage failure.
     pub async fn trim(&self) -> Result<u64, StoreError> {
+        // A damaged volume is never written, and what it says is uploaded is not trusted to
+        // delete objects by.
+        self.volume.shared().check_intact()?;
         let retention = self.options.retention;
         if retention.is_unlimited() && !self.may_have_unindexed_uploads() {
             return Ok(0);

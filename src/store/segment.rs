@@ -111,6 +111,17 @@ pub(super) fn decode(bytes: &[u8], expected: &Expected<'_>) -> Result<Vec<Record
     Ok(body.records)
 }
 
+/// The checksum a segment's header names, for a segment found by listing the cold tier rather
+/// than through the index (`decode` then checks the body against it).
+pub(super) fn header_checksum(bytes: &[u8]) -> Option<&str> {
+    let newline = bytes.iter().position(|&b| b == b'\n')?;
+    let header = std::str::from_utf8(&bytes[..newline]).ok()?;
+    match header.split(' ').collect::<Vec<_>>().as_slice() {
+        [MAGIC, VERSION, checksum] => Some(checksum),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

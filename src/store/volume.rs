@@ -28,6 +28,7 @@ use rusqlite::{
 
 use super::append::{AppendOutcome, AppendRejection, NewRecord, record_checksum};
 use super::commit_queue::{CommitQueue, Next};
+use super::damage::{self, DamageKind, DamageMark};
 use super::{StoreError, SyncMode, schema};
 use crate::clock::Clock;
 
@@ -132,13 +133,21 @@ pub(super) struct Shared {
     poisoned: AtomicBool,
     /// Bumped by every recovery; a store opened under an older epoch refuses writes.
     epoch: AtomicU64,
-    /// Why the volume was found damaged, once it was: from then on it refuses writes for good
-    /// (reads go on where the files still allow).
-    damaged: std::sync::OnceLock<String>,
+    /// What was found wrong with the volume, once something was: from then on it refuses
+    /// writes for good (see [`DamageKind`] for what it still serves), across restarts too
+    /// (see [`damage`]).
+    damaged: std::sync::OnceLock<Damage>,
     faults: [AtomicBool; 3],
     /// The trim lock of each partition that has a store open, shared by all of them (see
     /// [`Shared::trim_lock`]); an entry goes with the last store that holds it.
     trim_locks: Mutex<HashMap<i64, Weak<TrimLock>>>,
+}
+
+/// What was found wrong with a volume, and the reason its callers are given.
+#[derive(Debug)]
+struct Damage {
+    kind: DamageKind,
+    reason: String,
 }
 
 /// Held while a partition trims or removes unindexed uploads.
@@ -256,13 +265,19 @@ impl Volume {
         let high_water = read_high_water(&shared.path);
         let durable = lock(&shared.writer).last_seq;
         if high_water > durable {
-            let _ = shared.mark_damaged(format!(
-                "holds commits up to {durable}, but {high_water} were acknowledged before \
-                 (recorded in {}): its write-ahead log or database file was lost or cut short",
-                high_water_path(&shared.path).display()
-            ));
+            let _ = shared.mark_damaged(
+                DamageKind::Lost,
+                &format!(
+                    "holds commits up to {durable}, but {high_water} were acknowledged before \
+                     (recorded in {}): its write-ahead log or database file was lost or cut \
+                     short",
+                    high_water_path(&shared.path).display()
+                ),
+            );
+        } else if let Some(mark) = damage::read_mark(&shared.path) {
+            shared.remember_damage(&mark);
         }
-        shared.index()?;
+        shared.index_or_remember(&mut lock(&shared.writer))?;
         let name = format!(
             "durability-commit-{}",
             shared
@@ -314,6 +329,12 @@ impl Volume {
         let mut statement = conn.prepare_cached("SELECT id, topic, partition FROM partitions")?;
         let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    /// Why nothing the volume holds can be vouched for, when it holds fewer commits than it
+    /// acknowledged (see [`DamageKind::Lost`]).
+    pub fn known_loss(&self) -> Option<&str> {
+        self.shared.known_loss()
     }
 
     /// The topics with at least one partition stored here, by name.
@@ -405,26 +426,79 @@ impl Shared {
     /// Refuses writes to a damaged volume.
     pub(super) fn check_intact(&self) -> Result<(), StoreError> {
         match self.damaged.get() {
-            Some(reason) => Err(StoreError::Corrupted {
-                reason: reason.clone(),
+            Some(damage) => Err(StoreError::Corrupted {
+                reason: damage.reason.clone(),
             }),
             None => Ok(()),
         }
     }
 
-    /// Marks the volume damaged, logging it once, and answers the error its callers get.
-    fn mark_damaged(&self, cause: String) -> StoreError {
+    /// See [`Volume::known_loss`].
+    pub(super) fn known_loss(&self) -> Option<&str> {
+        self.damaged
+            .get()
+            .filter(|damage| damage.kind == DamageKind::Lost)
+            .map(|damage| damage.reason.as_str())
+    }
+
+    /// Refuses every read of a volume with a known loss: what it holds may be older than what
+    /// it acknowledged, and serving it as the log would hide the loss.
+    pub(super) fn check_complete(&self) -> Result<(), StoreError> {
+        match self.known_loss() {
+            Some(reason) => Err(StoreError::Corrupted {
+                reason: reason.to_owned(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Marks the volume damaged, logging it once and recording it beside the volume (see
+    /// [`damage`]), and answers the error its callers get.
+    fn mark_damaged(&self, kind: DamageKind, cause: &str) -> StoreError {
         let mut first = false;
-        let reason = self.damaged.get_or_init(|| {
+        let damage = self.damaged.get_or_init(|| {
             first = true;
-            format!("the volume {} is damaged: {cause}", self.path.display())
+            Damage {
+                kind,
+                reason: format!("the volume {} is damaged: {cause}", self.path.display()),
+            }
         });
         if first {
-            log::error!("{reason}; its partitions refuse writes from now on");
+            let mark = DamageMark::now(kind, cause);
+            if let Err(err) = damage::write_mark(&self.path, &mark) {
+                log::error!(
+                    "{}: cannot record the damage mark: {err}",
+                    damage::mark_path(&self.path).display()
+                );
+            }
+            log::error!(
+                "{}; its partitions refuse writes from now on, also after a restart, until an \
+                 operator accepts the damage",
+                damage.reason
+            );
         }
         StoreError::Corrupted {
-            reason: reason.clone(),
+            reason: damage.reason.clone(),
         }
+    }
+
+    /// Takes up the damage an earlier process recorded.
+    fn remember_damage(&self, mark: &DamageMark) {
+        let reason = format!(
+            "the volume {} is damaged: {} (marked {} in {})",
+            self.path.display(),
+            mark.cause,
+            mark.marked_at,
+            damage::mark_path(&self.path).display()
+        );
+        log::error!(
+            "{reason}; its partitions refuse writes until an operator accepts the damage \
+             (`durability accept-damage`)"
+        );
+        let _ = self.damaged.set(Damage {
+            kind: mark.kind,
+            reason,
+        });
     }
 
     /// `err`, or `corrupted` when SQLite found the files malformed (the volume is then marked
@@ -439,10 +513,10 @@ impl Shared {
             {
                 let cause = std::error::Error::source(&err)
                     .map_or_else(|| err.to_string(), ToString::to_string);
-                self.mark_damaged(cause)
+                self.mark_damaged(DamageKind::Malformed, &cause)
             }
             StoreError::Corrupted { reason } if self.damaged.get().is_none() => {
-                self.mark_damaged(reason.clone())
+                self.mark_damaged(DamageKind::Malformed, reason)
             }
             _ => err,
         }
@@ -474,6 +548,7 @@ impl Shared {
         &self,
         work: impl FnOnce(&Connection) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.check_complete()?;
         let conn = self.readers.get()?;
         let read = ReadTransaction::begin(&conn).map_err(|err| self.classify(err.into()))?;
         let result = work(read.0).map_err(|err| self.classify(err));
@@ -638,7 +713,7 @@ impl Shared {
 
     fn index_locked(&self, writer: &mut Writer) -> Result<(), StoreError> {
         let (through, last) = (writer.indexed_through, writer.last_seq);
-        if last <= through {
+        if last <= through || self.damaged.get().is_some() {
             return Ok(());
         }
         let result = self.unsynced(&mut writer.conn, |tx| {
@@ -677,6 +752,29 @@ impl Shared {
         Ok(())
     }
 
+    /// Indexes what was committed since the last index pass, into an empty in-memory index.
+    /// Nothing is written to damaged files, not even the indexes: the in-memory index is filled
+    /// with those records instead.
+    fn index_or_remember(&self, writer: &mut Writer) -> Result<(), StoreError> {
+        if self.damaged.get().is_none() {
+            return self.index_locked(writer);
+        }
+        let mut statement = writer.conn.prepare(
+            "SELECT partition, offset, seq, dedup_key FROM records WHERE seq > ?1 ORDER BY seq",
+        )?;
+        let mut rows = statement.query([writer.indexed_through])?;
+        let mut recent = lock(&self.recent);
+        while let Some(row) = rows.next()? {
+            let (partition, offset, seq): (i64, u64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
+            let entry = recent.entry(partition).or_default();
+            entry.rows.push_back((offset, seq));
+            if let Some(key) = row.get::<_, Option<String>>(3)? {
+                entry.keys.insert(key, (offset, seq));
+            }
+        }
+        Ok(())
+    }
+
     /// Clears a poisoned volume: reopens the writer connection (SQLite rolls back whatever the
     /// failed transaction left), reindexes, and starts a new epoch. Stores opened before keep
     /// refusing writes; reopening them loads their log's end anew.
@@ -686,7 +784,7 @@ impl Shared {
         lock(&self.recent).clear();
         // The in-memory index starts empty: index everything the reopened file holds.
         self.poisoned.store(false, Ordering::SeqCst);
-        self.index_locked(writer)?;
+        self.index_or_remember(writer)?;
         self.epoch.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
@@ -782,10 +880,10 @@ impl Shared {
     }
 
     fn commit_group(&self, writer: &mut Writer, group: Vec<AppendRequest>) {
-        if let Some(reason) = self.damaged.get() {
+        if let Some(damage) = self.damaged.get() {
             for request in group {
                 (request.reply)(Err(StoreError::Corrupted {
-                    reason: reason.clone(),
+                    reason: damage.reason.clone(),
                 }));
             }
             return;
@@ -984,7 +1082,7 @@ fn read_high_water(path: &Path) -> i64 {
 
 /// Writes the high-water mark in place, fixed width (one small write: never half old, half
 /// new), and syncs it.
-fn write_high_water(path: &Path, seq: i64) -> std::io::Result<()> {
+pub(super) fn write_high_water(path: &Path, seq: i64) -> std::io::Result<()> {
     use std::io::{Seek, Write};
     let mut file = std::fs::OpenOptions::new()
         .create(true)

@@ -329,3 +329,213 @@ async fn append_to(log: &Log, topic: &str, partition: u32) -> Result<(), Error> 
     let records = vec![NewRecord::new("1")];
     log.append(topic, partition, records).await.map(drop)
 }
+
+/// The damage mark beside volume `index`.
+fn mark(data_dir: &Path, index: usize) -> PathBuf {
+    let mut path = volume(data_dir, index).into_os_string();
+    path.push("-damaged");
+    path.into()
+}
+
+/// A page of 0xFF bytes in the middle of partition 0's records is found by a read; after a
+/// restart the volume still refuses writes, though nothing has read the bad page again.
+#[actix::test]
+async fn a_malformed_page_is_remembered_across_restarts() {
+    let t = TestLog::with(|config: &mut Config| config.retention.max_records = 0);
+    for _ in 0..30 {
+        append(&t.log, 0, 100).await.unwrap();
+    }
+    t.log.shutdown().await.unwrap();
+    let data_dir = t.config.storage.data_dir.clone();
+    let path = volume(&data_dir, 0);
+    let length = std::fs::metadata(&path).unwrap().len();
+    let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.seek(SeekFrom::Start(length / 2 / 4096 * 4096))
+        .unwrap();
+    file.write_all(&[0xFF; 4096]).unwrap();
+    file.sync_all().unwrap();
+    drop(file);
+
+    in_own_process(&t.config, |log| async move {
+        let mut from = 0;
+        loop {
+            match log.read(TOPIC, 0, Some(from), Some(100)).await {
+                Ok(page) if page.records.is_empty() => panic!("no read met the bad page"),
+                Ok(page) => from = page.next_offset,
+                Err(err) => break assert_eq!(err.code(), "corrupted", "{err}"),
+            }
+        }
+    });
+    assert!(mark(&data_dir, 0).exists(), "the damage is recorded");
+    for restart in 0..2 {
+        let log = Log::open(t.config.clone()).unwrap();
+        let err = append(&log, 1, 1).await.unwrap_err();
+        assert_eq!(err.code(), "corrupted", "restart {restart}: {err}");
+        assert!(err.to_string().contains("volume-0.sqlite"), "{err}");
+        log.shutdown().await.unwrap();
+    }
+}
+
+/// A record that failed its checksum keeps its volume refusing writes across restarts until
+/// an operator accepts the damage, which is recorded beside the volume; writes then resume.
+#[actix::test]
+async fn an_altered_record_is_remembered_until_an_operator_accepts_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = altered_behind_the_log(
+        dir.path(),
+        "UPDATE records SET payload = '\"HELLO\"' WHERE payload = '\"hello\"'",
+    );
+    let data_dir = config.storage.data_dir.clone();
+    in_own_process(&config, |log| async move {
+        let err = log.read(TOPIC, 0, Some(0), None).await.unwrap_err();
+        assert_eq!(err.code(), "corrupted", "{err}");
+    });
+    in_own_process(&config, |log| async move {
+        let err = append(&log, 0, 1).await.unwrap_err();
+        assert_eq!(
+            err.code(),
+            "corrupted",
+            "no read first, still refused: {err}"
+        );
+        assert!(
+            err.to_string().contains("record 0"),
+            "names the cause: {err}"
+        );
+    });
+
+    let accepted =
+        durability::store::accept_damage(&volume(&data_dir, 0), "ops: record 0 restored by hand")
+            .unwrap();
+    assert!(!mark(&data_dir, 0).exists());
+    let mut record_file = volume(&data_dir, 0).into_os_string();
+    record_file.push("-accepted");
+    let recorded = std::fs::read_to_string(record_file).unwrap();
+    assert!(
+        recorded.contains("accepted by ops: record 0 restored by hand"),
+        "{recorded}"
+    );
+    assert!(recorded.contains(&accepted.mark.cause), "{recorded}");
+
+    let log = Log::open(config).unwrap();
+    assert_eq!(append(&log, 0, 1).await.unwrap(), [2]);
+    log.shutdown().await.unwrap();
+}
+
+/// Partition 0 of a one-volume log with a folder cold tier holding its first `cold` records
+/// (in segments of 100), with `hot` more records in its hot window.
+fn flushed_and_hot(dir: &Path, cold: usize, hot: usize) -> Config {
+    let mut config = Config::for_tests(dir);
+    config.cold.kind = durability::config::ColdKind::Fs;
+    config.retention.max_records = hot as u64;
+    config.retention.sweep_interval_ms = 3_600_000;
+    in_own_process(&config, move |log| async move {
+        for _ in 0..(cold + hot) / 100 {
+            append(&log, 0, 100).await.unwrap();
+        }
+        assert_eq!(log.trim(TOPIC, 0).await.unwrap(), cold as u64);
+    });
+    config
+}
+
+/// Asserts what a reader of a volume with a known loss gets: the records of the intact cold
+/// segments, and `corrupted` naming the volume for everything else of the partition.
+async fn assert_only_cold_served(log: &Log, cold: u64) {
+    let page = log.read(TOPIC, 0, Some(0), Some(100)).await.unwrap();
+    assert_eq!(page.records.len(), 100);
+    assert_eq!(page.records[99].offset, 99);
+    let page = log.read(TOPIC, 0, None, Some(100)).await.unwrap();
+    assert_eq!(
+        page.records[0].offset, 0,
+        "a read with no offset starts in the cold tier"
+    );
+    let page = log
+        .read(TOPIC, 0, Some(cold - 10), Some(100))
+        .await
+        .unwrap();
+    assert_eq!(
+        page.records.len(),
+        10,
+        "a page stops where the cold tier ends"
+    );
+    assert_eq!(page.next_offset, cold);
+    let bounds = log.bounds(TOPIC, 0).await.map(drop);
+    let hot = log.read(TOPIC, 0, Some(cold), Some(100)).await.map(drop);
+    let poll = log
+        .poll(TOPIC, "readers", Some(10), Duration::ZERO)
+        .await
+        .map(drop);
+    let lease = log.lease(TOPIC, 0, "workers", Some(10)).await.map(drop);
+    let topics = log.topics().await.map(drop);
+    let cursors = log.cursors(TOPIC, 0).await.map(drop);
+    for (what, answer) in [
+        ("bounds", bounds),
+        ("hot read", hot),
+        ("poll", poll),
+        ("lease", lease),
+        ("topics", topics),
+        ("cursors", cursors),
+    ] {
+        let err = answer.expect_err(what);
+        assert_eq!(err.code(), "corrupted", "{what}: {err}");
+        assert!(err.to_string().contains("volume-0.sqlite"), "{what}: {err}");
+    }
+    let err = append(log, 0, 1).await.unwrap_err();
+    assert_eq!(err.code(), "corrupted", "{err}");
+}
+
+/// A volume whose write-ahead log was lost after a kill holds an older state: its partitions
+/// serve only what intact cold segments hold, never the older state as if it were the log.
+#[actix::test]
+async fn a_lost_write_ahead_log_is_reported_to_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = flushed_and_hot(dir.path(), 300, 100);
+    let data_dir = config.storage.data_dir.clone();
+    let copy = tempfile::tempdir().unwrap();
+    let copied = copy.path().join("data");
+    {
+        // 500 more records acknowledged, and then the WAL lost in a crash.
+        let log = Log::open(config.clone()).unwrap();
+        for _ in 0..5 {
+            append(&log, 0, 100).await.unwrap();
+        }
+        await_high_water(&data_dir, 0, 900).await;
+        std::fs::create_dir_all(&copied).unwrap();
+        for name in ["volume-0.sqlite", "volume-0.sqlite-hwm"] {
+            std::fs::copy(data_dir.join(name), copied.join(name)).unwrap();
+        }
+        log.shutdown().await.unwrap();
+    }
+    let mut config = config;
+    config.storage.data_dir = copied.clone();
+    let log = Log::open(config.clone()).unwrap();
+    assert_only_cold_served(&log, 300).await;
+    log.shutdown().await.unwrap();
+
+    // Accepted, the volume serves what it still holds and writes again from there.
+    let accepted = durability::store::accept_damage(&volume(&copied, 0), "ops").unwrap();
+    assert_eq!(accepted.mark.kind, durability::store::DamageKind::Lost);
+    let log = Log::open(config).unwrap();
+    assert_eq!(log.bounds(TOPIC, 0).await.unwrap().next_offset, 400);
+    assert_eq!(append(&log, 0, 1).await.unwrap(), [400]);
+    log.shutdown().await.unwrap();
+}
+
+/// An emptied volume has lost even its catalog: its partitions, found in no volume, are
+/// answered from the cold tier where intact segments serve, `corrupted` everywhere else.
+#[actix::test]
+async fn an_emptied_volume_serves_its_intact_cold_segments_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = flushed_and_hot(dir.path(), 300, 100);
+    let data_dir = config.storage.data_dir.clone();
+    std::fs::File::create(volume(&data_dir, 0)).unwrap();
+    let log = Log::open(config.clone()).unwrap();
+    assert_only_cold_served(&log, 300).await;
+    let err = log.read("other", 0, Some(0), None).await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        "corrupted",
+        "a partition never seen may be in it: {err}"
+    );
+    log.shutdown().await.unwrap();
+    assert!(mark(&data_dir, 0).exists());
+}
