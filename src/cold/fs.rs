@@ -240,9 +240,19 @@ impl ColdStore for FsColdStore {
 
     fn get<'a>(&'a self, key: &'a SegmentKey) -> ColdFuture<'a, Option<Vec<u8>>> {
         let path = self.path_of(key);
+        let shown = key.clone();
         Box::pin(blocking(key, move || match fs::read(&path) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
+            // Something else stands where the segment was: the segment is lost, as if deleted
+            // (not a failure of the store, which a retry could cure).
+            Err(err) if path.is_dir() => {
+                log::error!(
+                    "cold segment {shown}: {} is a folder, not a segment: {err}",
+                    path.display()
+                );
+                Ok(None)
+            }
             Err(err) => Err(err),
         }))
     }
@@ -321,6 +331,19 @@ mod tests {
             other_key.exists(),
             "another key's file is not this delete's"
         );
+    }
+
+    /// A folder where a segment was is a lost segment (`None`), not a failing store.
+    #[tokio::test]
+    async fn a_folder_in_place_of_a_segment_is_no_segment() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let store = FsColdStore::new(root.path());
+        let key = SegmentKey::new("segments", "events", 0, 0, 1);
+        store.put(&key, b"segment").await.expect("put");
+        let path = root.path().join(key.as_str());
+        fs::remove_file(&path).expect("remove the segment");
+        fs::create_dir(&path).expect("a folder in its place");
+        assert_eq!(store.get(&key).await.expect("get"), None);
     }
 
     /// The first put sweeps the whole folder for temporary files of earlier processes, and

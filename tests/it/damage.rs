@@ -539,3 +539,30 @@ async fn an_emptied_volume_serves_its_intact_cold_segments_only() {
     log.shutdown().await.unwrap();
     assert!(mark(&data_dir, 0).exists());
 }
+
+/// A cold segment replaced by a folder is a lost segment: `log_truncated`, like a deleted one,
+/// with where to continue.
+#[actix::test]
+async fn a_folder_in_place_of_a_cold_segment_is_truncation() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = flushed_and_hot(dir.path(), 200, 100);
+    let segment = walk(&config.cold.dir)
+        .into_iter()
+        .min()
+        .expect("a stored segment");
+    std::fs::remove_file(&segment).unwrap();
+    std::fs::create_dir(&segment).unwrap();
+    let log = Log::open(config).unwrap();
+    match log.read(TOPIC, 0, Some(0), None).await.unwrap_err() {
+        Error::Store(durability::store::StoreError::Truncated {
+            requested_offset,
+            oldest_offset,
+        }) => assert_eq!((requested_offset, oldest_offset), (0, 100)),
+        err => panic!("not truncation: {err:?}"),
+    }
+    assert_eq!(
+        log.read(TOPIC, 0, Some(100), None).await.unwrap().records[0].offset,
+        100
+    );
+    log.shutdown().await.unwrap();
+}
