@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::Method;
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 
@@ -27,8 +28,10 @@ pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
 }
 
 /// Times every request it wraps, rejected ones included, into
-/// `durability_http_request_duration_seconds`. The route label is the matched pattern
-/// (`/topics/{topic}`), or `unmatched`, so topic names never multiply the series.
+/// `durability_http_request_duration_seconds`. The route label is the matched pattern, which
+/// is the path the OpenAPI document writes (`/topics/{topic}`), or `unmatched`, and the method
+/// label one of the standard methods or `other`, so neither topic names nor invented methods
+/// multiply the series.
 pub async fn observe(
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -37,7 +40,7 @@ pub async fn observe(
     let metrics = request
         .app_data::<web::Data<HttpState>>()
         .map(|state| state.metrics.clone());
-    let method = request.method().clone();
+    let method = method_label(request.method());
     let route = request
         .match_pattern()
         .unwrap_or_else(|| "unmatched".to_owned());
@@ -47,7 +50,19 @@ pub async fn observe(
             Ok(response) => response.status(),
             Err(err) => err.as_response_error().status_code(),
         };
-        metrics.request(method.as_str(), &route, status.as_u16(), started.elapsed());
+        metrics.request(method, &route, status.as_u16(), started.elapsed());
     }
     result
+}
+
+/// The `method` label of a request: its method when it is one of HTTP's standard ones, else
+/// `other` (any token is a valid method, and each label value is a series kept forever).
+fn method_label(method: &Method) -> &'static str {
+    const STANDARD: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT", "TRACE",
+    ];
+    STANDARD
+        .into_iter()
+        .find(|standard| *standard == method.as_str())
+        .unwrap_or("other")
 }

@@ -2,6 +2,7 @@
 //! handlers count, what a scrape reads from the log, what the stores count of cold flushes,
 //! and that the endpoint sits behind the bearer token.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +15,7 @@ use durability::cold::{ColdStore, FailingColdStore, MemoryColdStore};
 use durability::{Config, Log};
 use serde_json::{Value, json};
 
-use crate::common::{TestLog, eventually};
+use crate::common::{TestLog, eventually, routes};
 
 /// Sends one request; answers its status and body.
 async fn send<S, R, B>(app: &S, request: R) -> (u16, String)
@@ -166,6 +167,47 @@ async fn scrape_reports_appends_reads_lag_leases_and_requests() {
         &text,
         r#"durability_leases{group="billing",partition="0",state="active",topic="events"} 0"#,
     );
+}
+
+/// The request labels are bounded and speak the document's language: a method the server
+/// does not know is counted as `other` (a client inventing methods adds no series), and the
+/// `route` label of each route is its path exactly as the OpenAPI document writes it.
+#[actix::test]
+async fn request_labels_are_bounded_and_name_the_documented_paths() {
+    let log = TestLog::with(|_| {});
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
+    for invented in ["FOOBAR1", "FOOBAR2"] {
+        let method = Method::from_bytes(invented.as_bytes()).unwrap();
+        let request = TestRequest::default().method(method).uri("/topics");
+        assert_eq!(send(&app, request.to_request()).await.0, 405);
+    }
+    for route in routes() {
+        let uri = route.uri(|name| if name == "partition" { "0" } else { "x" }.to_owned());
+        let request = TestRequest::default()
+            .method(route.method.clone())
+            .uri(&uri);
+        send(&app, request.to_request()).await;
+    }
+
+    let text = scrape!(app);
+    assert!(!text.contains("FOOBAR"), "{text}");
+    assert_sample(
+        &text,
+        r#"durability_http_request_duration_seconds_count{method="other",route="/topics",status="405"} 2"#,
+    );
+    let labelled: BTreeSet<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("durability_http_request_duration_seconds_count{"))
+        .filter_map(|line| line.split("route=\"").nth(1)?.split('"').next())
+        .collect();
+    // `/healthz` is not timed; every other documented path is, under its own name.
+    let documented: BTreeSet<&str> = routes()
+        .iter()
+        .map(|route| route.path.as_str())
+        .filter(|path| *path != "/healthz")
+        .collect();
+    assert_eq!(labelled, documented);
 }
 
 /// With a token configured, `/metrics` answers 401 without it and the text format with it.
