@@ -202,7 +202,9 @@ pub enum ColdKind {
 pub struct ColdSettings {
     /// Backend. Default: `fs`.
     pub kind: ColdKind,
-    /// Folder for `fs`. Default: `./data/cold`.
+    /// Folder for `fs`. Default: the folder `cold` under `storage.data_dir` (`./data/cold`):
+    /// the file's empty value, resolved when the configuration is built from its sources. A
+    /// configuration changed in code keeps the folder it was given.
     pub dir: PathBuf,
     /// Prefix of every segment's key. Default: `segments`.
     pub prefix: String,
@@ -341,7 +343,7 @@ impl Config {
 
     /// Builds the configuration from the defaults, an optional file (its name, for messages,
     /// and its text) and environment variables (only those starting with [`ENV_PREFIX`] are
-    /// read).
+    /// read). A `cold.dir` left empty becomes the folder `cold` under `storage.data_dir`.
     ///
     /// # Errors
     /// [`ConfigError`] naming the file or key at fault.
@@ -368,8 +370,11 @@ impl Config {
             }
         }
         resolve_topics(&mut merged)?;
-        let config: Self =
+        let mut config: Self =
             serde_path_to_error::deserialize(Value::Table(merged)).map_err(type_error)?;
+        if config.cold.dir.as_os_str().is_empty() {
+            config.cold.dir = config.storage.data_dir.join("cold");
+        }
         config.validate()?;
         Ok(config)
     }

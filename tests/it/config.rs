@@ -1,5 +1,7 @@
 //! The configuration contract: defaults, file, environment, per-topic overrides, validation.
 
+use std::path::Path;
+
 use durability::config::{ColdKind, Config, ConfigError};
 use durability::store::SyncMode;
 
@@ -361,4 +363,29 @@ fn errors_on_a_secret_never_show_its_value() {
     let err = Config::from_sources(Some(("f.toml", open)), env(&[])).unwrap_err();
     assert!(matches!(&err, ConfigError::Syntax { .. }), "{err:?}");
     assert!(!err.to_string().contains("s3cr3t"), "{err}");
+}
+
+/// `cold.dir` not set is the folder `cold` under `storage.data_dir`, wherever that is set (file
+/// or environment); a `cold.dir` that is set stays as given.
+#[test]
+fn cold_dir_defaults_under_the_data_dir() {
+    let cold_dir = |file: &str, vars: &[(&str, &str)]| {
+        Config::from_sources(Some(("f.toml", file)), env(vars))
+            .unwrap()
+            .cold
+            .dir
+    };
+    assert_eq!(Config::default().cold.dir, Path::new("./data/cold"));
+    let moved = "[storage]\ndata_dir = \"/srv/log\"\n";
+    assert_eq!(cold_dir(moved, &[]), Path::new("/srv/log/cold"));
+    assert_eq!(
+        cold_dir("", &[("DURABILITY__STORAGE__DATA_DIR", "/var/lib/log")]),
+        Path::new("/var/lib/log/cold")
+    );
+    let both = "[storage]\ndata_dir = \"/srv/log\"\n[cold]\ndir = \"/mnt/cold\"\n";
+    assert_eq!(cold_dir(both, &[]), Path::new("/mnt/cold"));
+    assert_eq!(
+        cold_dir(moved, &[("DURABILITY__COLD__DIR", "relative/cold")]),
+        Path::new("relative/cold")
+    );
 }
