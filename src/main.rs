@@ -47,8 +47,9 @@ struct Args {
     /// Settings overriding the built-in defaults (config/default.toml).
     #[arg(short, long, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Checks the configuration (file, environment and defaults together), prints the
-    /// result and exits: 0 when it is valid, 2 when not.
+    /// Checks the configuration (file, environment and defaults together, and that the data
+    /// and cold folders can be created and written), prints the result and exits: 0 when it
+    /// is valid, 2 when not.
     #[arg(long)]
     check_config: bool,
 }
@@ -57,7 +58,9 @@ fn main() -> ExitCode {
     let args = Args::parse();
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(DEFAULT_LOG_FILTER))
         .init();
-    let config = match Config::load(args.config.as_deref()) {
+    let config = match Config::load(args.config.as_deref())
+        .and_then(|config| config.check_folders().map(|()| config))
+    {
         Ok(config) => config,
         Err(err) => {
             eprintln!("error: invalid configuration: {err}");

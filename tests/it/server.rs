@@ -226,6 +226,84 @@ fn binary_checks_its_configuration_without_serving() {
     assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
 }
 
+/// Runs the binary with `args` and `vars` (over a bind to port 0 and folders in `dir`) until it
+/// exits, at most 20 s (a server that starts is stopped): its exit code (`None` when it had to
+/// be stopped) and what it wrote to stderr.
+fn run_to_exit(
+    dir: &std::path::Path,
+    args: &[&str],
+    vars: &[(&str, &std::path::Path)],
+) -> (Option<i32>, String) {
+    let stderr_path = dir.join(format!("stderr-{}", std::process::id()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_durability"));
+    command
+        .args(args)
+        .env("DURABILITY__SERVER__BIND", "127.0.0.1:0")
+        .env("DURABILITY__STORAGE__DATA_DIR", dir.join("data"))
+        .env("DURABILITY__COLD__DIR", dir.join("cold"))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&stderr_path).unwrap());
+    for (var, value) in vars {
+        command.env(var, value);
+    }
+    let mut child = command.spawn().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let code = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status.code();
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let stderr = std::fs::read_to_string(&stderr_path).unwrap();
+    std::fs::remove_file(&stderr_path).unwrap();
+    (code, stderr)
+}
+
+/// A data folder or a cold folder that cannot be created (a regular file stands in its path,
+/// or is its path) is a configuration error naming the key, the folder and why: both
+/// `--check-config` and a server start exit 2 with it, and nothing is created.
+#[test]
+fn folders_that_cannot_be_created_are_configuration_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let under_file = file.join("data");
+    let cases = [
+        (
+            "DURABILITY__STORAGE__DATA_DIR",
+            &under_file,
+            "storage.data_dir",
+        ),
+        ("DURABILITY__STORAGE__DATA_DIR", &file, "storage.data_dir"),
+        ("DURABILITY__COLD__DIR", &under_file, "cold.dir"),
+        ("DURABILITY__COLD__DIR", &file, "cold.dir"),
+    ];
+    for (var, folder, key) in cases {
+        for args in [&["--check-config"][..], &[]] {
+            let (code, stderr) = run_to_exit(dir.path(), args, &[(var, folder.as_path())]);
+            let case = format!("{args:?} {var}={}: {stderr}", folder.display());
+            assert_eq!(code, Some(2), "{case}");
+            assert!(stderr.contains(key), "{case}");
+            assert!(stderr.contains(&folder.display().to_string()), "{case}");
+            assert!(
+                stderr.contains(&format!("{} is not a folder", file.display())),
+                "{case}"
+            );
+            assert!(!stderr.contains("unavailable"), "{case}");
+        }
+    }
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["a-file"], "nothing is created");
+}
+
 /// The access log is off by default and on with `RUST_LOG=info`: one line per request with
 /// the request line and the status.
 #[test]
