@@ -1,6 +1,7 @@
 //! The `durability` server: loads the configuration, then serves the REST API until Ctrl-C or
 //! SIGTERM.
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -63,12 +64,14 @@ fn main() -> ExitCode {
     {
         Ok(config) => config,
         Err(err) => {
-            eprintln!("error: invalid configuration: {err}");
+            // Output nobody reads (a closed stderr, a pipe whose reader is gone) is lost, but
+            // changes nothing else: `eprintln!` and `println!` would panic, exiting 101.
+            let _ = writeln!(std::io::stderr(), "error: invalid configuration: {err}");
             return ExitCode::from(2);
         }
     };
     if args.check_config {
-        println!("configuration is valid");
+        let _ = writeln!(std::io::stdout(), "configuration is valid");
         return ExitCode::SUCCESS;
     }
     log::info!("configuration: {:?}", config.redacted());
@@ -79,7 +82,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Err(err) => {
-            eprintln!("error: {err}");
+            let _ = writeln!(std::io::stderr(), "error: {err}");
             ExitCode::FAILURE
         }
     }
@@ -142,7 +145,7 @@ async fn serve(config: Config) -> std::io::Result<()> {
     })?;
     for address in server.addrs() {
         // Printed whatever RUST_LOG says, so scripts can find the port that was picked.
-        println!("listening on http://{address}");
+        let _ = writeln!(std::io::stdout(), "listening on http://{address}");
     }
     let server = server
         .shutdown_timeout(SHUTDOWN_GRACE.as_secs())

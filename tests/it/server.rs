@@ -304,6 +304,51 @@ fn folders_that_cannot_be_created_are_configuration_errors() {
     assert_eq!(left, ["a-file"], "nothing is created");
 }
 
+/// Output nobody reads changes no exit code: a configuration error exits 2 when stderr is a
+/// pipe whose reader is gone, or is closed, and `--check-config` exits 0 when stdout is such a
+/// pipe (printing must not panic, which would exit 101).
+#[test]
+fn closed_output_changes_no_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "[log]\nmax_batch_sise = 5\n").unwrap();
+    let readerless_pipe = || {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        Stdio::from(writer)
+    };
+    let binary = || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_durability"));
+        command
+            .env("DURABILITY__STORAGE__DATA_DIR", dir.path().join("data"))
+            .env("DURABILITY__COLD__DIR", dir.path().join("cold"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        command
+    };
+    let refused = binary()
+        .arg("--config")
+        .arg(&bad)
+        .stderr(readerless_pipe())
+        .status()
+        .unwrap();
+    assert_eq!(refused.code(), Some(2), "stderr without a reader");
+    let closed = Command::new("sh")
+        .arg("-c")
+        .arg("exec \"$0\" --config \"$1\" 2>&-")
+        .arg(env!("CARGO_BIN_EXE_durability"))
+        .arg(&bad)
+        .status()
+        .unwrap();
+    assert_eq!(closed.code(), Some(2), "stderr closed");
+    let checked = binary()
+        .arg("--check-config")
+        .stdout(readerless_pipe())
+        .status()
+        .unwrap();
+    assert_eq!(checked.code(), Some(0), "stdout without a reader");
+}
+
 /// The access log is off by default and on with `RUST_LOG=info`: one line per request with
 /// the request line and the status.
 #[test]
