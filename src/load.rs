@@ -38,7 +38,8 @@ pub struct LoadSnapshot {
     /// When the snapshot was taken, in ms since the Unix epoch; a newer snapshot replaces an
     /// older one, never the reverse.
     pub observed_at: i64,
-    /// How long the snapshot stays meaningful, in ms ([`WINDOW_MS`]).
+    /// How long the snapshot stays meaningful, in ms: the window over which `completed` and
+    /// `averageProcessingMs` are measured.
     pub window_ms: u64,
     /// Requests into the partition (appends).
     pub inbound: Pressure,

@@ -333,8 +333,8 @@ fn error_content() -> Content {
         .build()
 }
 
-/// `GET /openapi.json`: the document of this server's configuration ([`document`]), written
-/// once per worker.
+/// `GET /openapi.json`: the document of this server's configuration, with its limits, and the
+/// bearer requirement only when it has a token.
 #[utoipa::path(
     get,
     path = "/openapi.json",
@@ -344,6 +344,8 @@ fn error_content() -> Content {
     )
 )]
 pub async fn openapi(state: web::Data<HttpState>) -> HttpResponse {
+    // Written by `document` on the first request, once per worker (its doc comment is the
+    // operation's description, so it says nothing of this).
     let json = state.openapi.get_or_init(|| {
         document(state.log.config())
             .to_json()

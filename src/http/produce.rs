@@ -16,7 +16,8 @@ use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields, rename_all = "camelCase")]
 struct EventBody {
-    /// Chooses the partition ([`crate::routing::partition_for`]).
+    /// Chooses the partition: the key's 32-bit FNV-1a hash over its UTF-16 code units, modulo
+    /// the topic's partition count, so one key always goes to one partition.
     partition_key: String,
     /// Any JSON value; it reads back unchanged.
     #[schema(value_type = serde_json::Value)]

@@ -302,3 +302,42 @@ async fn no_security_without_a_token() {
         );
     }
 }
+
+/// The document's prose is plain text: the handlers' doc comments become its descriptions,
+/// and no Rust link (``[`name`]``, a `crate::` path) shows in any of them.
+#[actix::test]
+async fn descriptions_are_plain_prose() {
+    let open = TestLog::with(|_| {});
+    let app =
+        test::init_service(App::new().configure(durability::http::service(open.log.clone()))).await;
+    let (status, document) = send(
+        &app,
+        request("get", "/openapi.json", None, None).to_request(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let mut texts = Vec::new();
+    collect_texts(&document, &mut texts);
+    assert!(texts.len() > 100, "{} texts", texts.len());
+    let leaks: Vec<_> = texts
+        .iter()
+        .filter(|text| text.contains("[`") || text.contains("crate::"))
+        .collect();
+    assert!(leaks.is_empty(), "{leaks:#?}");
+}
+
+/// Every `description` and `summary` of `value`, at any depth.
+fn collect_texts<'a>(value: &'a Value, texts: &mut Vec<&'a str>) {
+    match value {
+        Value::Object(members) => {
+            for (name, member) in members {
+                match (name.as_str(), member) {
+                    ("description" | "summary", Value::String(text)) => texts.push(text),
+                    _ => collect_texts(member, texts),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| collect_texts(item, texts)),
+        _ => {}
+    }
+}
