@@ -93,6 +93,23 @@ pub fn parse_partition(text: &str) -> Result<u32, NameError> {
     Ok(text.parse().unwrap_or(u32::MAX))
 }
 
+/// Reads a partition index written as a JSON object key (a group commit's offsets): digits as
+/// [`parse_partition`] reads them, in canonical form only (no leading zero), so that two keys
+/// of one object (`"0"` and `"00"`) can never name the same partition.
+///
+/// # Errors
+/// [`NameError`] when the text is not a non-negative integer in canonical form.
+pub fn parse_partition_key(text: &str) -> Result<u32, NameError> {
+    if text.len() > 1 && text.starts_with('0') && text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(NameError {
+            kind: "partition",
+            name: text.to_owned(),
+            reason: "must be written without a leading zero",
+        });
+    }
+    parse_partition(text)
+}
+
 /// A partition of a topic: `{topic}:{index}`. Constructing one checks the topic name, so a
 /// `PartitionId` is always safe to turn into a path.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -141,6 +158,25 @@ mod tests {
     fn shard_names_join_topic_and_partition() {
         let id = PartitionId::new("orders", 3).unwrap();
         assert_eq!(id.to_string(), "orders:3");
+    }
+
+    /// A partition key of a body is canonical decimal: a leading zero is refused saying so,
+    /// other bad keys as a path segment's are.
+    #[test]
+    fn partition_keys() {
+        assert_eq!(parse_partition_key("0"), Ok(0));
+        assert_eq!(parse_partition_key("10"), Ok(10));
+        assert_eq!(parse_partition_key("4294967296"), Ok(u32::MAX));
+        for text in ["00", "01", "007"] {
+            let err = parse_partition_key(text).unwrap_err();
+            assert_eq!(
+                err.reason, "must be written without a leading zero",
+                "{text:?}"
+            );
+        }
+        for text in ["", "-1", "+1", "0x1", " 1"] {
+            assert_eq!(parse_partition_key(text), parse_partition(text), "{text:?}");
+        }
     }
 
     /// Names at the edges of the rules are accepted or refused as the contract says.

@@ -10,7 +10,7 @@ use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, 
 
 use super::error::ErrorBody;
 use super::params;
-use super::request::{Integer, Query, json_body, offset, partition};
+use super::request::{Integer, Query, json_body, offset, partition, partition_key};
 use super::{ApiError, HttpState};
 use crate::log;
 
@@ -205,8 +205,9 @@ struct CommitBody {
 }
 
 /// The schema of `CommitBody::offsets`: what the derive writes for a map, plus the rules the
-/// handler checks. A key is a partition number (digits: `400 invalid_name` otherwise) and a value
-/// an offset (negative: `400 invalid_offset`).
+/// handler checks. A key is a partition number (digits without a leading zero, so no two keys
+/// name one partition: `400 invalid_name` otherwise) and a value an offset (negative:
+/// `400 invalid_offset`).
 fn commit_offsets() -> Object {
     ObjectBuilder::new()
         .schema_type(Type::Object)
@@ -214,7 +215,7 @@ fn commit_offsets() -> Object {
         .property_names(Some(
             ObjectBuilder::new()
                 .schema_type(Type::String)
-                .pattern(Some("^[0-9]+$")),
+                .pattern(Some("^(0|[1-9][0-9]*)$")),
         ))
         .additional_properties(Some(
             ObjectBuilder::new()
@@ -254,7 +255,7 @@ pub async fn commit(
     let body: CommitBody = json_body(body, state.body_limits()).await?;
     let mut offsets = BTreeMap::new();
     for (index, value) in &body.offsets {
-        offsets.insert(partition(index)?, offset(value.0)?);
+        offsets.insert(partition_key(index)?, offset(value.0)?);
     }
     let cursors = state.log.commit_many(&topic, &group, &offsets).await?;
     Ok(HttpResponse::Ok().json(CommittedCursors { cursors }))

@@ -122,6 +122,12 @@ pub fn partition(segment: &str) -> Result<u32, ApiError> {
     Ok(crate::names::parse_partition(segment).map_err(Error::from)?)
 }
 
+/// A partition number as a key of a body's object (`400 invalid_name` unless digits without a
+/// leading zero).
+pub fn partition_key(key: &str) -> Result<u32, ApiError> {
+    Ok(crate::names::parse_partition_key(key).map_err(Error::from)?)
+}
+
 /// The query string's parameters.
 pub struct Query(HashMap<String, String>);
 

@@ -91,6 +91,40 @@ async fn invalid_name_creates_nothing() {
     assert_eq!(topics.len(), 1, "{topics:?}");
 }
 
+/// A group commit names each partition in canonical decimal: a key with a leading zero
+/// (`"00"`, `"01"`), which could alias another key of the same body, is `400 invalid_name`
+/// saying so, and the whole body is refused, its valid keys too.
+#[actix::test]
+async fn commit_keys_are_canonical_partition_numbers() {
+    let t = TestLog::with(|_| {});
+    seed(&t, "events", 0, 3).await;
+    seed(&t, "events", 1, 3).await;
+    let app =
+        test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
+    let before = state_of(&t, "events").await;
+    let commit = "/topics/events/groups/billing/commit";
+    for body in [
+        r#"{"offsets": {"00": 1}}"#,
+        r#"{"offsets": {"01": 1}}"#,
+        r#"{"offsets": {"0": 1, "00": 2}}"#,
+        r#"{"offsets": {"1": 2, "0007": 1}}"#,
+    ] {
+        let answer = call!(app, Method::POST, commit, Some(body));
+        let error = assert_error(&answer, 400, "invalid_name");
+        let message = error["message"].as_str().unwrap();
+        assert!(message.contains("leading zero"), "{body}: {message}");
+    }
+    assert_eq!(state_of(&t, "events").await, before);
+
+    let answer = call!(
+        app,
+        Method::POST,
+        commit,
+        Some(r#"{"offsets": {"0": 1, "1": 2}}"#),
+    );
+    assert_eq!(answer, (200, json!({"cursors": {"0": 1, "1": 2}})));
+}
+
 /// A partition index at or beyond the topic's partition count, however large, is
 /// `404 unknown_partition` stating the count on every route of the document with a
 /// `{partition}`, and inside a group commit's body (which is then refused whole).

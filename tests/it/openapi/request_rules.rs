@@ -76,7 +76,7 @@ async fn document_states_the_request_rules() {
     assert_eq!(schemas["NackBody"]["properties"]["delayMs"]["minimum"], 0);
     let offsets = &schemas["CommitBody"]["properties"]["offsets"];
     assert_eq!(offsets["additionalProperties"]["minimum"], 0);
-    assert_eq!(offsets["propertyNames"]["pattern"], "^[0-9]+$");
+    assert_eq!(offsets["propertyNames"]["pattern"], "^(0|[1-9][0-9]*)$");
     let read = operation(
         document,
         "get",
