@@ -53,6 +53,24 @@ struct Args {
     /// is valid, 2 when not.
     #[arg(long)]
     check_config: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+/// What to do instead of serving.
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Clears a volume's damage mark, so that it takes writes again at the next start, once its
+    /// files are repaired or restored, or their loss is accepted. Records the time, who
+    /// accepted and what in volume-N.sqlite-accepted. Run it with the server stopped.
+    AcceptDamage {
+        /// The volume's number: the N of volume-N.sqlite in the data folder.
+        #[arg(long, value_name = "N")]
+        volume: usize,
+        /// Who accepts the damage, and why (recorded as given).
+        #[arg(long, value_name = "WHO")]
+        by: String,
+    },
 }
 
 fn main() -> ExitCode {
@@ -74,11 +92,37 @@ fn main() -> ExitCode {
         let _ = writeln!(std::io::stdout(), "configuration is valid");
         return ExitCode::SUCCESS;
     }
+    if let Some(Command::AcceptDamage { volume, by }) = args.command {
+        return accept_damage(&config, volume, &by);
+    }
     log::info!("configuration: {:?}", config.redacted());
     raise_fd_limit();
     match actix_web::rt::System::new().block_on(serve(config)) {
         Ok(()) => {
             log::info!("stopped");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            let _ = writeln!(std::io::stderr(), "error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The `accept-damage` command: 0 when the mark was cleared, 1 when nothing was.
+fn accept_damage(config: &Config, volume: usize, by: &str) -> ExitCode {
+    let path = config
+        .storage
+        .data_dir
+        .join(durability::store::Volume::file_name(volume));
+    match durability::store::accept_damage(&path, by) {
+        Ok(accepted) => {
+            log::warn!(
+                "{}: damage mark cleared: {}",
+                path.display(),
+                accepted.record
+            );
+            let _ = writeln!(std::io::stdout(), "{}", accepted.record);
             ExitCode::SUCCESS
         }
         Err(err) => {

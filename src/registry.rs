@@ -199,13 +199,13 @@ impl Volumes {
             )));
         }
         let mut count = config.storage.volumes;
-        while dir.join(volume_file(count)).exists() {
+        while dir.join(Volume::file_name(count)).exists() {
             count += 1;
         }
         let mut volumes = Vec::with_capacity(count);
         let mut unopened = Vec::new();
         for index in 0..count {
-            let path = dir.join(volume_file(index));
+            let path = dir.join(Volume::file_name(index));
             match Volume::open(&path, config.storage.sync) {
                 Ok(volume) => volumes.push(Some(volume)),
                 Err(err @ StoreError::SchemaTooNew { .. }) => {
@@ -370,11 +370,6 @@ fn shrink_map<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
     if map.capacity() > (map.len() * 4).max(1_024) {
         map.shrink_to_fit();
     }
-}
-
-/// `volume-{index}.sqlite`.
-fn volume_file(index: usize) -> String {
-    format!("volume-{index}.sqlite")
 }
 
 /// A `{topic}/{index}.sqlite` file of the earlier layout, if the folder has one.

@@ -311,6 +311,11 @@ impl Volume {
         self.shared.checkpoint()
     }
 
+    /// The file name of volume `index` in a data folder: `volume-{index}.sqlite`.
+    pub fn file_name(index: usize) -> String {
+        format!("volume-{index}.sqlite")
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.shared.path

@@ -6,6 +6,8 @@
 //!   acknowledged (a `202` for an append, a `200` for a lease ack) must be there after every
 //!   restart: each record exactly once, at its place, with its payload, and every acked range
 //!   still settled; ranges leased but not acked come back;
+//! - [`damage`]: damage found once stays refused across kills until an operator accepts it,
+//!   and a write-ahead log lost in a kill is reported to readers, not served as a shorter log;
 //! - [`leftovers`]: kills while partitions trim leave the cold folder holding exactly the
 //!   indexed segments once the server is back;
 //! - [`server`]: the server process and a minimal HTTP client;
@@ -16,6 +18,7 @@
 //! summary and in every failure; `CRASH_SEED=<n>` replays one.
 
 mod acknowledged;
+mod damage;
 mod leases;
 mod leftovers;
 mod records;
