@@ -111,8 +111,10 @@ impl Modify for Additions {
         // find every open partition busy.
         let corrupted = ResponseBuilder::new()
             .description(
-                "`corrupted`: the partition's files are damaged; it refuses writes and retrying \
-                 does not help",
+                "`corrupted`: the partition's volume is damaged, and refuses writes until an \
+                 operator clears its mark; if it lost acknowledged commits, it refuses reads \
+                 too, but those of ranges that intact cold segments hold (the topic list too). \
+                 Retrying does not help",
             )
             .content("application/json", error_content())
             .build();
