@@ -202,9 +202,8 @@ pub enum ColdKind {
 pub struct ColdSettings {
     /// Backend. Default: `fs`.
     pub kind: ColdKind,
-    /// Folder for `fs`. Default: the folder `cold` under `storage.data_dir` (`./data/cold`):
-    /// the file's empty value, resolved when the configuration is built from its sources. A
-    /// configuration changed in code keeps the folder it was given.
+    /// Folder for `fs`. Default: empty, which is the folder `cold` under `storage.data_dir`
+    /// wherever that is (see [`Config::cold_dir`]).
     pub dir: PathBuf,
     /// Prefix of every segment's key. Default: `segments`.
     pub prefix: String,
@@ -343,7 +342,7 @@ impl Config {
 
     /// Builds the configuration from the defaults, an optional file (its name, for messages,
     /// and its text) and environment variables (only those starting with [`ENV_PREFIX`] are
-    /// read). A `cold.dir` left empty becomes the folder `cold` under `storage.data_dir`.
+    /// read).
     ///
     /// # Errors
     /// [`ConfigError`] naming the file or key at fault.
@@ -370,11 +369,8 @@ impl Config {
             }
         }
         resolve_topics(&mut merged)?;
-        let mut config: Self =
+        let config: Self =
             serde_path_to_error::deserialize(Value::Table(merged)).map_err(type_error)?;
-        if config.cold.dir.as_os_str().is_empty() {
-            config.cold.dir = config.storage.data_dir.join("cold");
-        }
         config.validate()?;
         Ok(config)
     }
@@ -424,6 +420,28 @@ impl Config {
         config
     }
 
+    /// The folder of a `fs` cold tier: `cold.dir`, or when that is empty the folder `cold`
+    /// under `storage.data_dir`.
+    pub fn cold_dir(&self) -> PathBuf {
+        if self.cold.dir.as_os_str().is_empty() {
+            self.storage.data_dir.join("cold")
+        } else {
+            self.cold.dir.clone()
+        }
+    }
+
+    /// The configured cold store, or `None` for kind `none`. Nothing is contacted yet.
+    ///
+    /// # Errors
+    /// [`ColdStoreError::Config`] when the S3 settings cannot make a client.
+    pub fn cold_store(&self) -> Result<Option<Arc<dyn ColdStore>>, ColdStoreError> {
+        Ok(match self.cold.kind {
+            ColdKind::None => None,
+            ColdKind::Fs => Some(Arc::new(FsColdStore::new(self.cold_dir()))),
+            ColdKind::S3 => Some(Arc::new(S3ColdStore::new(&self.cold.s3())?)),
+        })
+    }
+
     /// Checks that the folders the server writes can be created and written: `storage.data_dir`,
     /// and `cold.dir` when the cold tier is a folder. Each is either a folder this process may
     /// write, or missing under one (with no regular file in between). Creates nothing, so
@@ -434,7 +452,7 @@ impl Config {
     pub fn check_folders(&self) -> Result<(), ConfigError> {
         writable_folder("storage.data_dir", &self.storage.data_dir)?;
         if self.cold.kind == ColdKind::Fs {
-            writable_folder("cold.dir", &self.cold.dir)?;
+            writable_folder("cold.dir", &self.cold_dir())?;
         }
         Ok(())
     }
@@ -557,18 +575,6 @@ impl LeaseSettings {
 }
 
 impl ColdSettings {
-    /// The configured cold store, or `None` for kind `none`. Nothing is contacted yet.
-    ///
-    /// # Errors
-    /// [`ColdStoreError::Config`] when the S3 settings cannot make a client.
-    pub fn open(&self) -> Result<Option<Arc<dyn ColdStore>>, ColdStoreError> {
-        Ok(match self.kind {
-            ColdKind::None => None,
-            ColdKind::Fs => Some(Arc::new(FsColdStore::new(&self.dir))),
-            ColdKind::S3 => Some(Arc::new(S3ColdStore::new(&self.s3())?)),
-        })
-    }
-
     /// The `s3_*` keys as S3 client settings.
     pub fn s3(&self) -> S3Settings {
         S3Settings {
@@ -583,10 +589,6 @@ impl ColdSettings {
 
     fn validate(&self) -> Result<(), ConfigError> {
         match self.kind {
-            ColdKind::Fs if self.dir.as_os_str().is_empty() => Err(ConfigError::invalid(
-                "cold.dir",
-                "must not be empty when cold.kind is \"fs\"",
-            )),
             ColdKind::S3 if self.s3_bucket.is_empty() => Err(ConfigError::invalid(
                 "cold.s3_bucket",
                 "must not be empty when cold.kind is \"s3\"",

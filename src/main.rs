@@ -247,7 +247,7 @@ async fn shutdown_signal() {
 
 /// The server starts without its cold store (hot data keeps flowing); it says so.
 async fn warn_if_cold_store_unreachable(config: &Config) {
-    let store = match config.cold.open() {
+    let store = match config.cold_store() {
         Ok(Some(store)) => store,
         Ok(None) => return,
         Err(err) => return log::warn!("cold store unusable, retention cannot flush: {err}"),

@@ -63,7 +63,7 @@ impl LogBuilder {
         })?;
         let cold = match self.cold {
             Some(cold) => cold,
-            None => config.cold.open().map_err(|err| Error::Unavailable {
+            None => config.cold_store().map_err(|err| Error::Unavailable {
                 partition: "*".into(),
                 reason: err.to_string(),
             })?,

@@ -247,8 +247,7 @@ fn cold_kinds_open_their_stores() {
     let open = |vars: &[(&str, &str)]| {
         Config::from_sources(None, env(vars))
             .unwrap()
-            .cold
-            .open()
+            .cold_store()
             .unwrap()
     };
     assert!(open(&[("DURABILITY__COLD__KIND", "none")]).is_none());
@@ -372,10 +371,16 @@ fn cold_dir_defaults_under_the_data_dir() {
     let cold_dir = |file: &str, vars: &[(&str, &str)]| {
         Config::from_sources(Some(("f.toml", file)), env(vars))
             .unwrap()
-            .cold
-            .dir
+            .cold_dir()
     };
-    assert_eq!(Config::default().cold.dir, Path::new("./data/cold"));
+    assert_eq!(Config::default().cold_dir(), Path::new("./data/cold"));
+    let mut in_code = Config::default();
+    in_code.storage.data_dir = "/opt/log".into();
+    assert_eq!(
+        in_code.cold_dir(),
+        Path::new("/opt/log/cold"),
+        "set in code too"
+    );
     let moved = "[storage]\ndata_dir = \"/srv/log\"\n";
     assert_eq!(cold_dir(moved, &[]), Path::new("/srv/log/cold"));
     assert_eq!(
