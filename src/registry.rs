@@ -283,6 +283,19 @@ impl Volumes {
         }))
     }
 
+    /// Each damaged volume's index and what is wrong with it: `malformed`, `lost` (see
+    /// [`DamageKind`](crate::store::DamageKind)), or `unopenable`.
+    pub fn damaged(&self) -> Vec<(usize, &'static str)> {
+        let kind = |volume: &Option<Arc<Volume>>| match volume {
+            None => Some("unopenable"),
+            Some(volume) => volume.damage().map(|kind| kind.as_str()),
+        };
+        let volumes = self.volumes.iter().enumerate();
+        volumes
+            .filter_map(|(index, volume)| Some((index, kind(volume)?)))
+            .collect()
+    }
+
     /// The volumes that hold fewer commits than they acknowledged.
     fn lost(&self) -> impl Iterator<Item = &Arc<Volume>> {
         self.volumes

@@ -53,6 +53,12 @@ impl Log {
             .collect())
     }
 
+    /// Each damaged volume's index (the N of `volume-N.sqlite`) and what is wrong with it:
+    /// `malformed`, `lost` (see [`DamageKind`](crate::store::DamageKind)), or `unopenable`.
+    pub fn damaged_volumes(&self) -> Vec<(usize, &'static str)> {
+        self.inner.volumes.damaged()
+    }
+
     /// A partition's bounds (all zero for a partition never written).
     ///
     /// # Errors

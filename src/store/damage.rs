@@ -30,7 +30,8 @@ pub enum DamageKind {
 }
 
 impl DamageKind {
-    fn as_str(self) -> &'static str {
+    /// Its name in the mark and in metrics: `malformed` or `lost`.
+    pub fn as_str(self) -> &'static str {
         match self {
             Self::Malformed => "malformed",
             Self::Lost => "lost",

@@ -336,6 +336,11 @@ impl Volume {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
+    /// What was found wrong with the volume, if anything.
+    pub fn damage(&self) -> Option<DamageKind> {
+        self.shared.damaged.get().map(|damage| damage.kind)
+    }
+
     /// Why nothing the volume holds can be vouched for, when it holds fewer commits than it
     /// acknowledged (see [`DamageKind::Lost`]).
     pub fn known_loss(&self) -> Option<&str> {

@@ -333,3 +333,29 @@ async fn scrapes_leave_partitions_to_stop_and_stopped_partitions_keep_their_seri
         "a scrape does not reopen a stopped partition"
     );
 }
+
+/// Each damaged volume shows as one series with its kind, for alerting: one that holds fewer
+/// commits than its high-water mark says were acknowledged is `lost`, one that cannot be
+/// opened `unopenable`; an intact one shows nothing.
+#[actix::test]
+async fn damaged_volumes_show_by_kind() {
+    let log = TestLog::with(|config| {
+        config.storage.volumes = 3;
+        let data_dir = &config.storage.data_dir;
+        std::fs::create_dir_all(data_dir).unwrap();
+        std::fs::write(data_dir.join("volume-0.sqlite-hwm"), "100\n").unwrap();
+        std::fs::write(data_dir.join("volume-1.sqlite"), [0xA5; 4096]).unwrap();
+    });
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
+    let text = scrape!(app);
+    assert_sample(
+        &text,
+        r#"durability_damaged_volumes{kind="lost",volume="0"} 1"#,
+    );
+    assert_sample(
+        &text,
+        r#"durability_damaged_volumes{kind="unopenable",volume="1"} 1"#,
+    );
+    assert!(!text.contains(r#"volume="2""#), "{text}");
+}

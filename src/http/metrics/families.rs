@@ -26,6 +26,7 @@
 //! | `durability_partitions_opened_total`, `durability_partitions_closed_total` | counter | |
 //! | `durability_partitions_closed_for_room_total` | counter (closed under `max_open`) | |
 //! | `durability_overloaded_total` | counter (requests answered `overloaded`) | |
+//! | `durability_damaged_volumes` | gauge (1 for each damaged volume; see the README's Guarantees) | `volume`, `kind` (`malformed`, `lost`, `unopenable`) |
 //! | `process_open_fds`, `process_threads`, `process_resident_memory_bytes`, ... | the process's own figures (Linux) | |
 
 use std::collections::HashMap;
@@ -62,6 +63,7 @@ struct Inner {
     partitions_closed: IntCounter,
     partitions_closed_for_room: IntCounter,
     overloaded: IntCounter,
+    damaged_volumes: IntGaugeVec,
     /// The stores' own counts, copied into `cold_flushes` at render time.
     flush_counters: Arc<ColdFlushCounters>,
     /// The registry's own counts, copied in at render time.
@@ -157,6 +159,15 @@ impl Metrics {
                 "durability_overloaded_total",
                 "Requests answered overloaded: every open partition was busy.",
             ),
+            damaged_volumes: register(
+                &registry,
+                Ok(gauges(
+                    "durability_damaged_volumes",
+                    "Damaged volumes: 1 for each, by volume number and kind of damage \
+                     (malformed, lost, unopenable). Their partitions refuse writes.",
+                    &["volume", "kind"],
+                )),
+            ),
             registry,
             flush_counters,
             partition_counters,
@@ -195,6 +206,17 @@ impl Metrics {
     /// while it is stopped); after a restart, its series come back when it is next opened. A
     /// partition that cannot be read keeps its previous values (and is logged).
     pub async fn refresh(&self, log: &Log) {
+        let damaged = log.damaged_volumes();
+        {
+            let _scrape = self.lock();
+            self.inner.damaged_volumes.reset();
+            for (volume, kind) in damaged {
+                self.inner
+                    .damaged_volumes
+                    .with_label_values(&[&volume.to_string(), kind])
+                    .set(1);
+            }
+        }
         match log.open_group_positions().await {
             Ok(partitions) => {
                 let _scrape = self.lock();
