@@ -1,6 +1,7 @@
 //! The crate's umbrella error, with stable codes.
 
 use crate::config::ConfigError;
+pub use crate::error_code::ErrorCode;
 use crate::names::NameError;
 use crate::store::StoreError;
 
@@ -62,18 +63,17 @@ pub enum Error {
 }
 
 impl Error {
-    /// The stable error code: one of `invalid_request`, `invalid_name`, `batch_too_large`,
-    /// `record_too_large`, `invalid_offset`, `unknown_partition`, `log_truncated`,
-    /// `lease_not_held`, `leases_disabled`, `unauthorized`, `payload_too_large`, `overloaded`,
-    /// `unavailable`, `corrupted`.
-    pub fn code(&self) -> &'static str {
+    /// The stable error code (see [`ErrorCode`] for what each promises).
+    pub fn code(&self) -> ErrorCode {
         match self {
             Self::Store(err) => err.code(),
-            Self::Config(_) => "invalid_config",
-            Self::InvalidName(_) => "invalid_name",
-            Self::UnknownPartition { .. } => "unknown_partition",
-            Self::Overloaded { .. } => "overloaded",
-            Self::PartitionStopped | Self::Unavailable { .. } | Self::Mailbox(_) => "unavailable",
+            Self::Config(_) => ErrorCode::InvalidConfig,
+            Self::InvalidName(_) => ErrorCode::InvalidName,
+            Self::UnknownPartition { .. } => ErrorCode::UnknownPartition,
+            Self::Overloaded { .. } => ErrorCode::Overloaded,
+            Self::PartitionStopped | Self::Unavailable { .. } | Self::Mailbox(_) => {
+                ErrorCode::Unavailable
+            }
         }
     }
 

@@ -85,6 +85,7 @@ pub mod clock;
 pub mod cold;
 pub mod config;
 pub mod error;
+mod error_code;
 pub mod http;
 pub mod load;
 pub mod log;
@@ -98,7 +99,7 @@ pub mod routing;
 pub mod store;
 
 pub use config::Config;
-pub use error::Error;
+pub use error::{Error, ErrorCode};
 pub use log::{Event, EventsOutcome, Log, LogBuilder};
 pub use store::LogStore;
 

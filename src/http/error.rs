@@ -6,7 +6,7 @@ use actix_web::{HttpResponse, ResponseError};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::error::Error;
+use crate::error::{Error, ErrorCode};
 use crate::log::{AppendRejection, StoreError};
 
 /// Seconds a client is told to wait (`Retry-After`) before retrying an `overloaded` request.
@@ -26,7 +26,7 @@ pub struct ErrorBody {
 }
 
 /// The `error` object of an `ErrorBody`.
-#[derive(Debug, Default, Serialize, ToSchema)]
+#[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorDetail {
     /// A stable snake_case code. `400`: `invalid_request`, `invalid_name`,
@@ -37,7 +37,7 @@ pub struct ErrorDetail {
     /// not help). `503`: `overloaded` (definite: nothing changed, retry after `Retry-After`),
     /// `unavailable`.
     #[schema(value_type = String, example = "invalid_request")]
-    code: &'static str,
+    code: ErrorCode,
     /// Human-readable text.
     message: String,
     /// `log_truncated`: the first offset that was lost.
@@ -64,11 +64,15 @@ pub struct ErrorDetail {
 
 impl ApiError {
     /// An error with a code of the contract and a human message.
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self::from_detail(ErrorDetail {
             code,
             message: message.into(),
-            ..ErrorDetail::default()
+            requested_offset: None,
+            oldest_offset: None,
+            batch_id: None,
+            next_offset: None,
+            partitions: None,
         })
     }
 
@@ -78,11 +82,11 @@ impl ApiError {
 
     /// `400 invalid_request`.
     pub fn invalid_request(message: impl Into<String>) -> Self {
-        Self::new("invalid_request", message)
+        Self::new(ErrorCode::InvalidRequest, message)
     }
 
     /// The stable error code.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         self.0.error.code
     }
 }
@@ -95,31 +99,20 @@ impl std::fmt::Display for ApiError {
 
 impl ResponseError for ApiError {
     fn status_code(&self) -> StatusCode {
-        match self.code() {
-            "invalid_request" | "invalid_name" | "batch_too_large" | "record_too_large"
-            | "invalid_offset" => StatusCode::BAD_REQUEST,
-            "unauthorized" => StatusCode::UNAUTHORIZED,
-            "unknown_partition" | "not_found" => StatusCode::NOT_FOUND,
-            "method_not_allowed" => StatusCode::METHOD_NOT_ALLOWED,
-            "lease_not_held" | "leases_disabled" => StatusCode::CONFLICT,
-            "log_truncated" => StatusCode::GONE,
-            "payload_too_large" => StatusCode::PAYLOAD_TOO_LARGE,
-            "corrupted" => StatusCode::INTERNAL_SERVER_ERROR,
-            _ => StatusCode::SERVICE_UNAVAILABLE,
-        }
+        StatusCode::from_u16(self.code().status()).expect("every code's status is valid")
     }
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
         match self.code() {
-            "overloaded" => {
+            ErrorCode::Overloaded => {
                 response.insert_header((
                     actix_web::http::header::RETRY_AFTER,
                     OVERLOADED_RETRY_AFTER_SECS,
                 ));
             }
             // RFC 9110: a 401 names the scheme that would be accepted.
-            "unauthorized" => {
+            ErrorCode::Unauthorized => {
                 response.insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
             }
             _ => {}
@@ -130,11 +123,8 @@ impl ResponseError for ApiError {
 
 impl From<Error> for ApiError {
     fn from(err: Error) -> Self {
-        let mut detail = ErrorDetail {
-            code: err.code(),
-            message: crate::error::with_causes(&err),
-            ..ErrorDetail::default()
-        };
+        let ApiError(ErrorBody { error: mut detail }) =
+            Self::new(err.code(), crate::error::with_causes(&err));
         match err {
             Error::Store(StoreError::Truncated {
                 requested_offset,

@@ -24,6 +24,7 @@ use actix_web::{HttpResponse, ResponseError, web};
 
 pub use error::ApiError;
 
+use crate::error::ErrorCode;
 use crate::log::Log;
 use metrics::Metrics;
 
@@ -150,7 +151,8 @@ async fn authenticate(
             .unwrap_or("");
         if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
             let response =
-                ApiError::new("unauthorized", "a valid bearer token is required").error_response();
+                ApiError::new(ErrorCode::Unauthorized, "a valid bearer token is required")
+                    .error_response();
             return Ok(request.into_response(response).map_into_right_body());
         }
     }
@@ -199,7 +201,7 @@ fn method_not_allowed<B>(
 ) -> actix_web::Result<ErrorHandlerResponse<B>> {
     let (request, answered) = response.into_parts();
     let mut shaped = ApiError::new(
-        "method_not_allowed",
+        ErrorCode::MethodNotAllowed,
         format!("{} is not served on this path", request.method()),
     )
     .error_response();
@@ -214,7 +216,7 @@ fn method_not_allowed<B>(
 }
 
 async fn not_found() -> HttpResponse {
-    ApiError::new("not_found", "no such route").error_response()
+    ApiError::new(ErrorCode::NotFound, "no such route").error_response()
 }
 
 #[cfg(test)]

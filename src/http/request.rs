@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use super::ApiError;
-use crate::error::Error;
+use crate::error::{Error, ErrorCode};
 use crate::log::{StoreError, unsigned_offset};
 
 /// Reads a JSON body of at most `limit` bytes. A body that is a struct must be a JSON object
@@ -112,7 +112,7 @@ async fn body(
 /// `413 payload_too_large` for a body over `limit` bytes.
 pub fn too_large(limit: usize) -> ApiError {
     ApiError::new(
-        "payload_too_large",
+        ErrorCode::PayloadTooLarge,
         format!("the body exceeds {limit} bytes"),
     )
 }

@@ -8,7 +8,7 @@
 use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
-use crate::error::Error;
+use crate::error::{Error, ErrorCode};
 use crate::load::LoadSnapshot;
 use crate::store;
 
@@ -85,7 +85,7 @@ impl Handler<RunRetention> for PartitionActor {
                 Ok(0) => {}
                 Ok(removed) => log::debug!("partition {id}: retention removed {removed} records"),
                 // Damage was logged once, when it was found; retention waits for the repair.
-                Err(err) if err.code() == "corrupted" => {}
+                Err(err) if err.code() == ErrorCode::Corrupted => {}
                 Err(err) => log::warn!("partition {id}: retention failed, will retry: {err}"),
             }
         })

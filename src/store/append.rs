@@ -2,6 +2,7 @@
 
 use super::volume::{AppendReply, AppendRequest};
 use super::{LogStore, StoreError};
+use crate::error_code::ErrorCode;
 
 /// Longest deduplication key, in bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -92,11 +93,11 @@ pub enum AppendRejection {
 
 impl AppendRejection {
     /// The stable error code of this rejection (the REST API's `error.code`).
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> ErrorCode {
         match self {
-            Self::EmptyBatch | Self::InvalidKey { .. } => "invalid_request",
-            Self::BatchTooLarge { .. } => "batch_too_large",
-            Self::RecordTooLarge { .. } => "record_too_large",
+            Self::EmptyBatch | Self::InvalidKey { .. } => ErrorCode::InvalidRequest,
+            Self::BatchTooLarge { .. } => ErrorCode::BatchTooLarge,
+            Self::RecordTooLarge { .. } => ErrorCode::RecordTooLarge,
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Errors of the storage layer.
 
 use crate::cold::ColdStoreError;
+use crate::error_code::ErrorCode;
 use crate::names::NameError;
 
 /// What can go wrong inside a [`LogStore`](super::LogStore).
@@ -82,28 +83,28 @@ pub enum StoreError {
 }
 
 impl StoreError {
-    /// The stable, snake_case code of this error (the REST API's `error.code`).
-    pub fn code(&self) -> &'static str {
+    /// The stable code of this error (the REST API's `error.code`).
+    pub fn code(&self) -> ErrorCode {
         match self {
             Self::Sqlite(_)
             | Self::Pool(_)
             | Self::Poisoned
             | Self::Thread(_)
             | Self::SchemaTooNew { .. }
-            | Self::Cold(_) => "unavailable",
-            Self::InvalidOffset { .. } | Self::NegativeOffset { .. } => "invalid_offset",
-            Self::Truncated { .. } => "log_truncated",
-            Self::InvalidLimit => "invalid_request",
-            Self::InvalidName(_) => "invalid_name",
-            Self::LeaseNotHeld { .. } => "lease_not_held",
-            Self::LeasesDisabled => "leases_disabled",
-            Self::Corrupted { .. } => "corrupted",
+            | Self::Cold(_) => ErrorCode::Unavailable,
+            Self::InvalidOffset { .. } | Self::NegativeOffset { .. } => ErrorCode::InvalidOffset,
+            Self::Truncated { .. } => ErrorCode::LogTruncated,
+            Self::InvalidLimit => ErrorCode::InvalidRequest,
+            Self::InvalidName(_) => ErrorCode::InvalidName,
+            Self::LeaseNotHeld { .. } => ErrorCode::LeaseNotHeld,
+            Self::LeasesDisabled => ErrorCode::LeasesDisabled,
+            Self::Corrupted { .. } => ErrorCode::Corrupted,
         }
     }
 
     /// Whether the operation may have changed state (a storage failure) rather than being
     /// refused before it changed anything.
     pub fn is_uncertain(&self) -> bool {
-        self.code() == "unavailable"
+        !self.code().changed_nothing()
     }
 }

@@ -1,0 +1,177 @@
+//! [`ErrorCode`]: the stable code of every error, with its HTTP status and what it promises.
+//!
+//! Every error type's `code()` returns one, the REST error body carries its wire string, and
+//! the HTTP status comes from [`ErrorCode::status`]: a new code does not compile without its
+//! status. A leaf module, so the storage layer and the umbrella error both use it.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// The stable, snake_case code of an error: the REST API's `error.code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// `400`: a malformed request (body, query, empty batch, bad key, bad limit).
+    InvalidRequest,
+    /// `400`: a topic, group or partition name breaks the naming rules.
+    InvalidName,
+    /// `400`: more records in one batch than `log.max_batch_size`.
+    BatchTooLarge,
+    /// `400`: a record larger than `log.max_record_bytes`.
+    RecordTooLarge,
+    /// `400`: an offset the log cannot have (negative, or beyond its next offset).
+    InvalidOffset,
+    /// `401`: a bearer token is required and was missing or wrong.
+    Unauthorized,
+    /// `404`: a partition index at or beyond the topic's partition count.
+    UnknownPartition,
+    /// `404`: no such route.
+    NotFound,
+    /// `405`: the route does not serve that method.
+    MethodNotAllowed,
+    /// `409`: the lease's batch is not held by that group.
+    LeaseNotHeld,
+    /// `409`: leases are switched off for the topic.
+    LeasesDisabled,
+    /// `410`: the records asked for are gone; continue from the oldest readable offset.
+    LogTruncated,
+    /// `413`: the request body is larger than the server accepts.
+    PayloadTooLarge,
+    /// `500`: the configuration is invalid.
+    InvalidConfig,
+    /// `500`: the partition's volume is damaged and refuses writes (see the README's
+    /// Guarantees); retrying does not help.
+    Corrupted,
+    /// `503`: every open partition is busy; nothing changed, retry after `Retry-After`.
+    Overloaded,
+    /// `503`: the storage failed; a write may or may not have happened, retry with the same
+    /// deduplication keys.
+    Unavailable,
+}
+
+impl ErrorCode {
+    /// Every code, in the order of their statuses.
+    pub const ALL: [Self; 17] = [
+        Self::InvalidRequest,
+        Self::InvalidName,
+        Self::BatchTooLarge,
+        Self::RecordTooLarge,
+        Self::InvalidOffset,
+        Self::Unauthorized,
+        Self::UnknownPartition,
+        Self::NotFound,
+        Self::MethodNotAllowed,
+        Self::LeaseNotHeld,
+        Self::LeasesDisabled,
+        Self::LogTruncated,
+        Self::PayloadTooLarge,
+        Self::InvalidConfig,
+        Self::Corrupted,
+        Self::Overloaded,
+        Self::Unavailable,
+    ];
+
+    /// The wire string: `invalid_request`, `log_truncated`, ...
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::InvalidRequest => "invalid_request",
+            Self::InvalidName => "invalid_name",
+            Self::BatchTooLarge => "batch_too_large",
+            Self::RecordTooLarge => "record_too_large",
+            Self::InvalidOffset => "invalid_offset",
+            Self::Unauthorized => "unauthorized",
+            Self::UnknownPartition => "unknown_partition",
+            Self::NotFound => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::LeaseNotHeld => "lease_not_held",
+            Self::LeasesDisabled => "leases_disabled",
+            Self::LogTruncated => "log_truncated",
+            Self::PayloadTooLarge => "payload_too_large",
+            Self::InvalidConfig => "invalid_config",
+            Self::Corrupted => "corrupted",
+            Self::Overloaded => "overloaded",
+            Self::Unavailable => "unavailable",
+        }
+    }
+
+    /// The HTTP status that answers it.
+    pub fn status(self) -> u16 {
+        match self {
+            Self::InvalidRequest
+            | Self::InvalidName
+            | Self::BatchTooLarge
+            | Self::RecordTooLarge
+            | Self::InvalidOffset => 400,
+            Self::Unauthorized => 401,
+            Self::UnknownPartition | Self::NotFound => 404,
+            Self::MethodNotAllowed => 405,
+            Self::LeaseNotHeld | Self::LeasesDisabled => 409,
+            Self::LogTruncated => 410,
+            Self::PayloadTooLarge => 413,
+            Self::InvalidConfig | Self::Corrupted => 500,
+            Self::Overloaded | Self::Unavailable => 503,
+        }
+    }
+
+    /// Whether an operation that failed with this code certainly changed nothing (so retrying
+    /// it gets the same answer, or succeeds later without duplicating). Only `unavailable` is
+    /// uncertain: the storage failed, and a write may or may not have happened. (A lease
+    /// answered `log_truncated` records the loss it reports, which the README states.)
+    pub fn changed_nothing(self) -> bool {
+        self != Self::Unavailable
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Compares with a wire string: `err.code() == "corrupted"`.
+impl PartialEq<&str> for ErrorCode {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
+impl PartialEq<ErrorCode> for &str {
+    fn eq(&self, other: &ErrorCode) -> bool {
+        *self == other.as_str()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wire string is what serde writes, and every code is listed once.
+    #[test]
+    fn wire_strings_are_the_serialized_names() {
+        let mut seen = std::collections::BTreeSet::new();
+        for code in ErrorCode::ALL {
+            assert_eq!(
+                serde_json::to_value(code).unwrap(),
+                serde_json::json!(code.as_str())
+            );
+            assert!(seen.insert(code.as_str()), "{code} twice");
+        }
+    }
+
+    /// Statuses follow the contract: every 4xx changed nothing, and only `unavailable` may
+    /// have.
+    #[test]
+    fn statuses_and_certainty() {
+        for code in ErrorCode::ALL {
+            if code.status() < 500 {
+                assert!(code.changed_nothing(), "{code}");
+            }
+        }
+        assert_eq!(ErrorCode::Overloaded.status(), 503);
+        assert!(ErrorCode::Overloaded.changed_nothing());
+        assert!(!ErrorCode::Unavailable.changed_nothing());
+        assert_eq!(ErrorCode::InvalidConfig.status(), 500);
+    }
+}
