@@ -48,6 +48,10 @@
 //!   `config/default.toml` overlaid by a file and the environment) and the umbrella [`Error`]
 //!   with stable [`Error::code`] strings.
 //!
+//! One append's path through these layers, with each thread hand-off and the two group-commit
+//! queues it crosses (its partition's, then its volume's), is told once in
+//! `docs/append-pipeline.md`.
+//!
 //! # Runtime
 //!
 //! [`Log::open`] starts actors, so it must run inside an actix `System`

@@ -5,14 +5,14 @@
 //! the arbiter that started the log (message passing with producers on that event loop costs
 //! no thread switch) and owns no thread: appends go to its volume's committer thread, which
 //! commits the appends of every partition of the volume in one transaction (group commit, see
-//! [`Append`]); other blocking work (cursor commits, leases, retention) runs on one of a fixed
-//! set of worker threads shared by every partition (`[storage] workers`), so a blocking fsync
-//! never stalls the event loop. Hot reads are the exception: one short query on a pooled WAL
-//! reader, which never waits for a commit, they run on the event loop (see [`Read`]). A timer
-//! only enqueues [`RunRetention`]. A partition idle for `idle_stop` tells the registry, which
-//! drains it; a drained partition cancels its timers and stops, and its actor is dropped. A
-//! partition whose volume failed a commit stops at its next message and its supervisor
-//! restarts it, reopening its store.
+//! `docs/append-pipeline.md`); other blocking work (cursor commits, leases, retention) runs on one
+//! of a fixed set of worker threads shared by every partition (`[storage] workers`), so a blocking
+//! fsync never stalls the event loop. Hot reads are the exception: one short query on a pooled WAL
+//! reader, which never waits for a commit, they run on the event loop (see [`Read`]). A timer only
+//! enqueues [`RunRetention`]. A partition idle for `idle_stop` tells the registry, which drains it;
+//! a drained partition cancels its timers and stops, and its actor is dropped. A partition whose
+//! volume failed a commit stops at its next message and its supervisor restarts it, reopening its
+//! store.
 
 mod consume;
 mod leases;

@@ -1,12 +1,9 @@
 //! Producing: `Append`, one batch, atomically, with group commit.
 //!
-//! The handler does not commit: it queues the batch together with the caller's reply channel
-//! and, if none is scheduled, schedules a [`Flush`] to itself. Actix drains the mailbox before
-//! it runs notified messages, so every append that arrived while the previous commit ran is
-//! committed by one `append_batches` transaction (one fsync), each batch keeping its own
-//! offsets and rejection, and each caller answered straight from the flush. After a commit,
-//! the next one waits for the callers just answered to have their turn on the event loop, so
-//! producers that append again at once join it instead of splitting into alternating groups.
+//! The handler queues the batch with the caller's reply channel and schedules a [`Flush`],
+//! which hands everything queued to the volume's committer as one share and answers each
+//! caller once it is committed. `docs/append-pipeline.md` tells an append's whole path and
+//! why it is batched twice (here, then by the volume).
 
 use std::cell::RefCell;
 use std::rc::Rc;

@@ -1,12 +1,7 @@
-//! The queue between a volume's partitions and its committer thread.
-//!
-//! Producers that append again as soon as they are answered come back through their
-//! partitions' actors one partition after another. A committer that started on the first
-//! share to arrive would commit only the partitions that happened to be quick, and the others
-//! would wait for the commit after: the partitions would split into groups that alternate,
-//! each paying its own fsync. So the committer waits until as many batches have arrived as its
-//! last commit answered, for at most a bound its caller gives (a fraction of a commit), and it
-//! is woken once when they are there, not by every share.
+//! The queue between a volume's partitions and its committer thread: the shares of the next
+//! group commit, which the committer takes all at once ([`CommitQueue::next_group`]).
+//! `docs/append-pipeline.md` tells where it sits in an append's path and why the committer
+//! waits for as many batches as its last commit answered.
 
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;

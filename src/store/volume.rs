@@ -6,13 +6,13 @@
 //! small pool of read-only connections that open on demand and close when idle.
 //!
 //! Appends of every partition of the volume that arrive while a commit runs are committed
-//! together in the next transaction: one fsync for all of them. Before it starts, the committer
-//! waits briefly for the producers it just answered (see [`CommitQueue`]). Records are laid out in commit
-//! order, and the lookups by offset and by deduplication key are written afterwards by the
-//! indexer (when the committer has nothing to do, or every [`INDEX_EVERY_ROWS`] records), so a
-//! commit dirties a run of record pages and no page per partition. Records committed since the
-//! last index pass are found through [`Recent`], an in-memory index rebuilt by an index pass
-//! when the volume opens.
+//! together in the next transaction: one fsync for all of them (`docs/append-pipeline.md`
+//! follows an append through it). Records are laid out in commit order, and the lookups by
+//! offset and by deduplication key are written afterwards by the indexer (when the committer
+//! has nothing to do, or every [`INDEX_EVERY_ROWS`] records), so a commit dirties a run of
+//! record pages and no page per partition. Records committed since the last index pass are
+//! found through [`Recent`], an in-memory index rebuilt by an index pass when the volume
+//! opens.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
