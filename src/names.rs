@@ -25,7 +25,9 @@ pub struct NameError {
 
 /// Checks a topic name: 1 to 128 characters of `A-Z a-z 0-9 . _ -`, not starting with `.`.
 ///
-/// These rules make a topic name safe as a folder name (no separators, no `..`).
+/// These rules make a topic name safe as a path segment (no separators, no `..`): cold
+/// segments are stored under `{prefix}/{topic}/{partition}/`, folders in the folder cold
+/// store.
 ///
 /// # Errors
 /// [`NameError`] naming the broken rule.

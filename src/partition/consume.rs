@@ -27,7 +27,7 @@ pub struct Read {
 impl Handler<Read> for PartitionActor {
     type Result = ResponseFuture<Result<Page, Error>>;
 
-    /// Runs on the actor's own event loop, not the writer thread: a hot page is one short
+    /// Runs on the actor's own event loop, not a worker thread: a hot page is one short
     /// query on a pooled read connection (it never waits for a commit, since WAL readers do
     /// not block), so the two thread switches would cost more than the query. Cold read-back
     /// awaits the cold store without blocking.

@@ -1,4 +1,4 @@
-//! `PartitionActor`: one actor per partition, the single writer of its SQLite database.
+//! `PartitionActor`: one actor per partition, the single writer of its log in a shared volume.
 //!
 //! Each operation is a typed [`Message`] with its handler, in the file of its group (produce,
 //! consume, leases, operations) as in [`crate::log`] and [`crate::http`]. The actor lives on
@@ -219,7 +219,7 @@ impl PartitionActor {
 
     /// The store, for a handler about to use it; also marks the partition as active. A store
     /// poisoned by a failed commit stops the actor here, so that its supervisor restarts it
-    /// and reopens the database; the caller is told to retry.
+    /// and reopens its store (which recovers the volume); the caller is told to retry.
     fn store(&mut self, ctx: &mut Context<Self>) -> Result<Arc<LogStore>, Error> {
         self.last_activity = Instant::now();
         self.setup.usage.touch();
@@ -341,7 +341,7 @@ impl Actor for PartitionActor {
 
 impl Supervised for PartitionActor {
     /// A restart does not rebuild the actor: answer what the failed store left queued (the
-    /// callers retry) and reopen the database. A drained partition stays closed: it only
+    /// callers retry) and reopen the store. A drained partition stays closed: it only
     /// answers "stopped" until its last address is dropped.
     fn restarting(&mut self, _: &mut Self::Context) {
         self.timers.clear();

@@ -55,8 +55,8 @@ pub struct RunRetention;
 impl Handler<Trim> for PartitionActor {
     type Result = ResponseFuture<Result<u64, Error>>;
 
-    /// Trims on the writer thread; the store deletes hot rows only after their segment is
-    /// stored in the cold tier.
+    /// Trims on the partition's worker thread; the store deletes hot rows only after their
+    /// segment is stored in the cold tier.
     fn handle(&mut self, _: Trim, ctx: &mut Context<Self>) -> Self::Result {
         self.on_worker(ctx, |store| async move { Ok(store.trim().await?) })
     }

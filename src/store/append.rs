@@ -1,4 +1,5 @@
-//! Appends: validation, deduplication and contiguous offsets, one batch or many per commit.
+//! Appends: records, outcomes and validation, and the way into the volume's group commit.
+//! Deduplication and offsets are the committer's (`volume.rs`, `Shared::commit_group`).
 
 use super::volume::{AppendReply, AppendRequest};
 use super::{LogStore, StoreError};
@@ -149,7 +150,8 @@ impl LogStore {
 
     /// Queues `batches` for the volume's next group commit without waiting; `reply` gets one
     /// outcome per batch and the partition's backlog after the commit
-    /// ([`pending_deliveries`](Self::pending_deliveries)), on the committer thread.
+    /// ([`pending_deliveries`](Self::pending_deliveries)), on the committer thread, or at once
+    /// on this one when every batch is refused or the store refuses writes.
     pub(crate) fn submit_append(&self, batches: Vec<Vec<NewRecord>>, reply: AppendReply) {
         let checked: Vec<_> = batches
             .into_iter()

@@ -1,5 +1,5 @@
 //! Committed positions of groups: commit (forward only), look up, list, delete, and the backlog
-//! they leave.
+//! they leave (counted by `pending_deliveries` in `volume.rs`).
 
 use std::collections::BTreeMap;
 
@@ -93,8 +93,9 @@ impl LogStore {
         })
     }
 
-    /// Records not yet processed by the slowest group: `next_offset` minus the lowest
-    /// cursor, or 0 when no group has a cursor. Reported as `pendingDeliveries`.
+    /// The partition's backlog, reported as `pendingDeliveries`: records its slowest group has
+    /// not processed (0 when no group has a cursor). The rule is `pending_deliveries` in
+    /// `volume.rs`, which every group commit also applies for the load it answers with.
     ///
     /// # Errors
     /// A storage failure.

@@ -155,7 +155,7 @@ pub struct LogStore {
     /// The partition's key in the volume (`partitions.id`).
     key: i64,
     options: StoreOptions,
-    /// The log's end, moved by the volume's committer and by this store's other writes.
+    /// The log's end, moved by the volume's committer only.
     tail: Arc<PartitionTail>,
     /// The volume's epoch when this store opened: after a failed commit the volume recovers
     /// under a new epoch, and this store refuses writes until it is reopened.

@@ -65,8 +65,8 @@ pub(super) enum Fault {
 }
 
 /// The log's end: the offset the next record gets and the running total of appended bytes.
-/// Kept in memory by the partition's store (its single writer moves it) so an append reads
-/// nothing before inserting.
+/// Kept in memory, shared by the partition's store and the committer (which alone moves it),
+/// so an append reads nothing before inserting.
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct Tail {
     pub next_offset: u64,
@@ -359,7 +359,8 @@ impl Volume {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Queues a group-commit share; the reply comes from the committer thread.
+    /// Queues a group-commit share; the reply comes from the committer thread (or at once, with
+    /// [`StoreError::Poisoned`], from a closed volume).
     pub(super) fn submit(&self, request: AppendRequest) {
         if let Err(request) = self.shared.queue.push(request) {
             (request.reply)(Err(StoreError::Poisoned));
