@@ -240,7 +240,7 @@ async fn a_closed_loop_of_producers_merges_into_one_group() {
     let mut producers: Vec<_> = (0..PRODUCERS / 2)
         .map(|_| producer(partition.clone()))
         .collect();
-    // Let the first half send and their commit start on the writer thread.
+    // Let the first half send and their commit start on the volume's committer thread.
     for _ in 0..3 {
         tokio::task::yield_now().await;
     }
@@ -329,7 +329,7 @@ async fn keyed_events_are_routed_and_validated_whole() {
         key: None,
         payload: serde_json::to_string(text).unwrap(),
     };
-    // "user-1" → partition 4 and "user-2" → partition 3 of 8 (SEMANTICS Part B 5.3).
+    // "user-1" → partition 4 and "user-2" → partition 3 of 8 (as in the README's Quick start).
     let outcome = t
         .log
         .append_events(

@@ -3,8 +3,7 @@
 //! Every scenario is written once as an `async fn` taking the backend wrapped in a
 //! [`FailingColdStore`], and `on_every_backend!` runs it against the in-memory store, an
 //! [`FsColdStore`] in a temporary folder and an [`S3ColdStore`] on a fresh bucket of the test
-//! S3 server (SEMANTICS Part A 7, 12 and 13; Part B section 3 and section 6 cases 11-13, 15-18,
-//! 21 and 33).
+//! S3 server (README: "Retention and the cold tier").
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -217,10 +216,10 @@ fn assert_truncated<T: std::fmt::Debug>(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Part B section 6: cases 11-13, 15-18, 21 and 33, adapted to Part A
+// Flushing and reading back: a segment is written before its hot rows go, and reads cross it
 // ---------------------------------------------------------------------------------------------
 
-/// Case 11: a trim stores the expiring records (0,a),(1,b) as one segment, in order, before
+/// A trim stores the expiring records (0,a),(1,b) as one segment, in order, before
 /// deleting them, and reading them back returns exactly those records.
 async fn flush_happens_before_deletion(cold: Arc<FailingColdStore>) {
     let t = open(&cold, 100, max_records(1));
@@ -237,7 +236,7 @@ async fn flush_happens_before_deletion(cold: Arc<FailingColdStore>) {
 }
 on_every_backend!(flush_happens_before_deletion);
 
-/// Case 12: when the segment cannot be written, trim fails with a cold-store error and every
+/// When the segment cannot be written, trim fails with a cold-store error and every
 /// record stays hot.
 async fn failed_cold_write_keeps_records(cold: Arc<FailingColdStore>) {
     let t = open(&cold, 100, max_records(1));
@@ -254,7 +253,7 @@ async fn failed_cold_write_keeps_records(cold: Arc<FailingColdStore>) {
 }
 on_every_backend!(failed_cold_write_keeps_records);
 
-/// Case 13: 30 records trimmed to 1 in passes of 5 are flushed exactly once each: the listed
+/// 30 records trimmed to 1 in passes of 5 are flushed exactly once each: the listed
 /// segments cover 0..=28 with no overlap and no gap, and the flushed records stay readable.
 async fn each_record_flushed_exactly_once(cold: Arc<FailingColdStore>) {
     let t = open(&cold, 5, max_records(1));
@@ -285,7 +284,7 @@ async fn each_record_flushed_exactly_once(cold: Arc<FailingColdStore>) {
 }
 on_every_backend!(each_record_flushed_exactly_once);
 
-/// Case 15: records flushed for the byte budget stay readable from the cold tier.
+/// Records flushed for the byte budget stay readable from the cold tier.
 async fn byte_budget_flush_stays_readable(cold: Arc<FailingColdStore>) {
     let t = open(
         &cold,
@@ -315,7 +314,7 @@ async fn byte_budget_flush_stays_readable(cold: Arc<FailingColdStore>) {
 }
 on_every_backend!(byte_budget_flush_stays_readable);
 
-/// Case 16 (Part A 7): a page of cold records is followed by hot ones, and a page that starts
+/// A page of cold records is followed by hot ones, and a page that starts
 /// in cold storage continues into the hot window up to its limit.
 async fn rehydrated_page_then_hot_page(cold: Arc<FailingColdStore>) {
     let t = open(&cold, 100, max_records(1));
@@ -336,7 +335,7 @@ async fn rehydrated_page_then_hot_page(cold: Arc<FailingColdStore>) {
 }
 on_every_backend!(rehydrated_page_then_hot_page);
 
-/// Case 17 (adapted by Part A 7): a read from a cold segment continues into the hot window;
+/// A read from a cold segment continues into the hot window;
 /// after the segment is forgotten, reading below the hot window is truncation.
 async fn forgetting_segments_truncates(cold: Arc<FailingColdStore>) {
     let t = open(&cold, 100, max_records(1));
@@ -358,7 +357,7 @@ async fn forgetting_segments_truncates(cold: Arc<FailingColdStore>) {
 }
 on_every_backend!(forgetting_segments_truncates);
 
-/// Case 18: a segment object that disappeared from the cold store is truncation, not an
+/// A segment object that disappeared from the cold store is truncation, not an
 /// empty page or a jump forward.
 async fn lost_cold_object_truncates(cold: Arc<FailingColdStore>) {
     let t = open(&cold, 100, max_records(1));
@@ -378,7 +377,7 @@ async fn lost_cold_object_truncates(cold: Arc<FailingColdStore>) {
 }
 on_every_backend!(lost_cold_object_truncates);
 
-/// Case 21: 150 rounds of (append, trim) with batches of 1 leave 149 one-record segments,
+/// 150 rounds of (append, trim) with batches of 1 leave 149 one-record segments,
 /// each readable; forgetting all of them truncates.
 async fn many_one_record_segments(cold: Arc<FailingColdStore>) {
     let t = open(&cold, 1, max_records(1));
@@ -405,7 +404,7 @@ async fn many_one_record_segments(cold: Arc<FailingColdStore>) {
 }
 on_every_backend!(many_one_record_segments);
 
-/// Case 33 with a cold tier: a trim in several passes writes one segment per pass, and the
+/// With a cold tier, a trim in several passes writes one segment per pass, and the
 /// flushed records page back in order.
 async fn trim_passes_flush_one_segment_each(cold: Arc<FailingColdStore>) {
     let t = open(&cold, 2, max_records(1));

@@ -1,6 +1,6 @@
 //! Retention without a cold tier: `trim` deletes the oldest hot records that break a limit, and
-//! readers below the new oldest offset learn that they lost records (SEMANTICS Part A 11, Part B
-//! section 3 and section 6 cases 8-10, 14, 19 and 33).
+//! readers below the new oldest offset learn that they lost records (README: "Retention and the
+//! cold tier", "Guarantees").
 
 use durability::store::{NewRecord, Retention, StoreError};
 
@@ -24,7 +24,7 @@ fn assert_trim(t: &TestStore, removed: u64, kept: &[(u64, &str)]) {
     assert_eq!(entries(&page), expected(kept));
 }
 
-/// Case 8: records appended longer ago than `max_age_ms` leave; younger ones stay.
+/// Records appended longer ago than `max_age_ms` leave; younger ones stay.
 #[test]
 fn age_retention_removes_only_records_older_than_the_limit() {
     let t = limited(Retention {
@@ -38,7 +38,7 @@ fn age_retention_removes_only_records_older_than_the_limit() {
     assert_trim(&t, 2, &[(2, "c")]);
 }
 
-/// Case 9: `max_records` keeps the newest records and removes the oldest.
+/// `max_records` keeps the newest records and removes the oldest.
 #[test]
 fn count_retention_keeps_the_newest_records() {
     let t = limited(Retention {
@@ -50,7 +50,7 @@ fn count_retention_keeps_the_newest_records() {
     assert_trim(&t, 2, &[(2, "c"), (3, "d")]);
 }
 
-/// Case 10: a reader behind the oldest retained offset gets `Truncated` naming where it can
+/// A reader behind the oldest retained offset gets `Truncated` naming where it can
 /// continue, and continuing there works.
 #[test]
 fn lagging_reader_learns_it_lost_records() {
@@ -82,7 +82,7 @@ fn lagging_reader_learns_it_lost_records() {
     assert_eq!(entries(&page), expected(&[(1, "b")]));
 }
 
-/// Case 14: without retention limits `trim` removes nothing and answers 0.
+/// Without retention limits `trim` removes nothing and answers 0.
 #[test]
 fn without_retention_trim_removes_nothing() {
     let t = TestStore::new();
@@ -112,7 +112,7 @@ fn trim_with_no_limit_returns_zero() {
     assert_eq!(t.store.bounds().unwrap(), bounds(0, 0, 300));
 }
 
-/// Case 19: without a cold tier, byte retention deletes the oldest records until the excess
+/// Without a cold tier, byte retention deletes the oldest records until the excess
 /// is covered, and they are gone for readers.
 #[test]
 fn byte_retention_without_cold_storage_deletes() {
@@ -143,7 +143,7 @@ fn byte_retention_without_cold_storage_deletes() {
     );
 }
 
-/// Case 33: a trim larger than `max_batch_size` runs in several passes and removes everything
+/// A trim larger than `max_batch_size` runs in several passes and removes everything
 /// that breaks the limit.
 #[test]
 fn trim_spans_several_passes() {

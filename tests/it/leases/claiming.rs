@@ -2,8 +2,8 @@
 //! calls race; a hold lasts until it expires or is extended, after which the range is
 //! reclaimed and the old holder fenced; another group's batch ids are not held; groups lease
 //! apart, holds survive a reopen, deleting the cursor forgets them, and with leases switched off
-//! every lease operation is refused (SEMANTICS Part A 14-16; Part B section 6 cases 22, 25, 27,
-//! 31, 37 and 38).
+//! every lease operation is refused (README: "Guarantees"; the `leases` operations of
+//! `GET /openapi.json`).
 
 use std::collections::BTreeMap;
 
@@ -12,7 +12,7 @@ use durability::store::{Lease, LeaseOptions, LeaseOutcome, LeaseState, StoreErro
 use super::{is_idle, lease_entries, lease_now, leased, leasing, not_held, pairs, spans};
 use crate::common::{START_MS, append_ok, plain};
 
-/// Case 22: while a range is held, a second poller of the same group gets nothing; after the
+/// While a range is held, a second poller of the same group gets nothing; after the
 /// ack the next range comes under a different batch id.
 #[test]
 fn a_held_range_is_not_delivered_to_a_second_poller() {
@@ -32,7 +32,7 @@ fn a_held_range_is_not_delivered_to_a_second_poller() {
     assert_ne!(second.batch_id, first.batch_id);
 }
 
-/// Case 25: an expired hold is reclaimed by the next lease; the old holder's ack is refused
+/// An expired hold is reclaimed by the next lease; the old holder's ack is refused
 /// and the new holder's ack commits.
 #[test]
 fn expired_lease_is_reclaimed_and_the_old_holder_fenced() {
@@ -58,7 +58,7 @@ fn expired_lease_is_reclaimed_and_the_old_holder_fenced() {
     assert_eq!(t.store.ack("search", &reclaimed.batch_id).unwrap(), Some(1));
 }
 
-/// Case 27: two groups lease the same offsets independently; one group's ack commits only its
+/// Two groups lease the same offsets independently; one group's ack commits only its
 /// own cursor.
 #[test]
 fn groups_lease_independently() {
@@ -78,7 +78,7 @@ fn groups_lease_independently() {
     assert_eq!(spans(&t.store, "billing"), vec![(0, 0, LeaseState::Active)]);
 }
 
-/// Case 31 (adapted): with leases switched off, every lease operation is refused with
+/// With leases switched off, every lease operation is refused with
 /// `LeasesDisabled`, while plain reads and commits still work.
 #[test]
 fn lease_operations_are_refused_when_disabled() {
@@ -119,7 +119,7 @@ fn lease_operations_are_refused_when_disabled() {
     assert_eq!(t.store.cursor("search").unwrap(), Some(1));
 }
 
-/// Case 37: two held ranges survive a reopen: nothing is released early (expiry is a stored
+/// Two held ranges survive a reopen: nothing is released early (expiry is a stored
 /// timestamp), and acking them after the reopen commits in order.
 #[test]
 fn holds_are_durable_across_reopen() {
@@ -152,7 +152,7 @@ fn holds_are_durable_across_reopen() {
     assert_eq!(t.store.ack("search", &first.batch_id).unwrap(), Some(2));
 }
 
-/// Case 38: once the hold has expired (the clock moved 1,100 ms), the range is redelivered;
+/// Once the hold has expired (the clock moved 1,100 ms), the range is redelivered;
 /// the old batch id is fenced and the new one commits.
 #[test]
 fn expiry_fences_the_old_holder() {

@@ -1,8 +1,8 @@
 //! Leases: groups of workers sharing one consumer group hold distinct ranges until they ack,
 //! nack (with a delay), extend or skip them; holds expire and fence their old holder, poison
 //! ranges are redelivered or handed out for the dead-letter trip, retention is reported once as
-//! truncation, and everything is durable (SEMANTICS Part A 14-19, Part B sections 4 and 6
-//! cases 22-31, 37 and 38, API "Leases"). One module per behaviour:
+//! truncation, and everything is durable (README: "Guarantees"; the `leases` operations of
+//! `GET /openapi.json`). One module per behaviour:
 //!
 //! - [`claiming`]: one holder per range, expiry and fencing, extending a hold, groups apart,
 //!   holds across a reopen, leases switched off;

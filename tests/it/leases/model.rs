@@ -1,7 +1,7 @@
 //! The lease model test: random interleavings of appends, of workers leasing, acking (or
 //! skipping), nacking and extending, of time and of retention, checked after every step against
-//! a model of what the group should see, then drained to the log's end (SEMANTICS Part A
-//! 14-19).
+//! a model of what the group should see, then drained to the log's end (README: "Guarantees";
+//! the `leases` operations of `GET /openapi.json`).
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -91,9 +91,10 @@ enum Settle {
     Extend,
 }
 
-/// What the group should see: SEMANTICS Part A 14-19 with this implementation's decisions
-/// (nack delays, pending ranges count against `max_parallelism`, `Exhausted` past
-/// `max_attempts` with a dead letter, immediate cursor advance, truncation reported once).
+/// What the group should see: the lease rules (the `leases` operations of `GET /openapi.json`)
+/// with this implementation's decisions (nack delays, pending ranges count against
+/// `max_parallelism`, `Exhausted` past `max_attempts` with a dead letter, immediate cursor
+/// advance, truncation reported once).
 #[derive(Debug)]
 struct Model {
     dead_letter: bool,
@@ -319,8 +320,9 @@ impl Model {
         Some((lease, false))
     }
 
-    /// A lease that must answer `Truncated` (the first lost offset, the oldest offset): checks what Part A 17 promises of that one answer, then takes the store's rows and cursor
-    /// as the model's (how exactly the lost rows are recorded is the store's business).
+    /// A lease that must answer `Truncated` (the first lost offset, the oldest offset): checks
+    /// what that one answer promises, then takes the store's rows and cursor as the model's (how
+    /// exactly the lost rows are recorded is the store's business).
     fn truncated(&mut self, store: &LogStore, outcome: &Result<LeaseOutcome, StoreError>) {
         let (now, oldest) = (self.now, self.oldest);
         // The first lost offset: the lowest range nobody holds (pending, even if its delay has

@@ -1,7 +1,7 @@
 //! Leases and retention: a range that retention flushed to the cold tier while it was pending
 //! or held is redelivered whole, read back from cold; records a group never settled that
 //! retention deleted are reported once as `Truncated`, and the group moves on from the oldest
-//! offset (SEMANTICS Part A 17; Part B section 6 case 30).
+//! offset (README: "Guarantees"; the `leases` operations of `GET /openapi.json`).
 
 use std::sync::Arc;
 
@@ -40,7 +40,7 @@ fn retaining(max_records: u64, cold: Option<ColdTier>, leases: LeaseOptions) -> 
     })
 }
 
-/// Case 30: a nacked range flushed to the cold tier by a trim is redelivered with its records
+/// A nacked range flushed to the cold tier by a trim is redelivered with its records
 /// read back from cold.
 #[actix::test]
 async fn range_flushed_while_pending_is_redelivered_from_cold() {

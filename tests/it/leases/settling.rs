@@ -2,8 +2,8 @@
 //! cursor in offset order, across ranges acked out of order; a nacked range is redelivered
 //! under a new batch id, after its delay if it has one; and a poison range is redelivered for
 //! ever without a dead-letter destination, or handed out `Exhausted` past `max_attempts` with
-//! one, to be skipped (SEMANTICS Part A 16 and 19; Part B section 6 cases 23, 24, 26, 28 and
-//! 29).
+//! one, to be skipped (README: "Guarantees", dead letters under "Configuration"; the `leases`
+//! operations of `GET /openapi.json`).
 
 use durability::store::{Lease, LeaseOptions, LeaseOutcome, LeaseState, StoreError};
 
@@ -18,7 +18,7 @@ fn exhausted(outcome: Result<LeaseOutcome, StoreError>) -> Lease {
     }
 }
 
-/// Case 23: two ranges held in parallel; acking the later one commits nothing, acking the
+/// Two ranges held in parallel; acking the later one commits nothing, acking the
 /// earlier one then commits across both.
 #[test]
 fn parallel_ranges_commit_in_order() {
@@ -40,7 +40,7 @@ fn parallel_ranges_commit_in_order() {
     assert!(t.store.leases("search").unwrap().is_empty());
 }
 
-/// Case 24: a nacked range (no delay) is redelivered by the next lease, same span, next
+/// A nacked range (no delay) is redelivered by the next lease, same span, next
 /// attempt, new batch id.
 #[test]
 fn nack_redelivers_under_a_new_batch_id() {
@@ -57,7 +57,7 @@ fn nack_redelivers_under_a_new_batch_id() {
     assert_eq!(lease_entries(&again), pairs(&[(0, "a")]));
 }
 
-/// Case 26: a settled batch cannot be settled again (ack, nack, extend or skip).
+/// A settled batch cannot be settled again (ack, nack, extend or skip).
 #[test]
 fn double_settlement_is_refused() {
     let t = leasing(LeaseOptions::default());
@@ -75,7 +75,7 @@ fn double_settlement_is_refused() {
     assert_eq!(t.store.cursor("search").unwrap(), Some(1));
 }
 
-/// Case 28 (adapted): with `max_attempts` 1 and no dead-letter destination, a range is
+/// With `max_attempts` 1 and no dead-letter destination, a range is
 /// redelivered for ever (never `Exhausted`) and blocks the cursor.
 #[test]
 fn poison_without_dead_letter_is_redelivered_forever() {
@@ -96,7 +96,7 @@ fn poison_without_dead_letter_is_redelivered_forever() {
     assert_eq!(t.store.cursor("search").unwrap(), None);
 }
 
-/// Case 29 (adapted): with `max_attempts` 2 and a dead-letter destination, the third delivery
+/// With `max_attempts` 2 and a dead-letter destination, the third delivery
 /// is `Exhausted`; skipping it commits over it and the next lease moves on.
 #[test]
 fn poison_with_dead_letter_is_handed_out_exhausted_and_skipped() {

@@ -13,8 +13,8 @@ use super::{Document, assert_documented, operation, request, send};
 use crate::common::routes::operations;
 use crate::common::{Route, TestLog};
 
-/// How many operations the contract (`spec/API.md`) has under `/topics`; besides them, the
-/// document lists `/healthz`, `/metrics` and itself.
+/// How many operations the REST API has under `/topics` (the README's table, "REST API");
+/// besides them, the document lists `/healthz`, `/metrics` and itself.
 const API_OPERATIONS: usize = 20;
 
 /// The operations that read from an offset, which retention may have deleted (`410`).

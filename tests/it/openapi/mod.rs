@@ -1,5 +1,6 @@
 //! The OpenAPI document at `GET /openapi.json`. It is an OpenAPI 3 document that lists every
-//! route of the contract (`spec/API.md`) with its methods, and it sits behind the bearer token.
+//! route of the REST API (the README's table, "REST API") with its methods, and it sits behind
+//! the bearer token.
 //! Its schemas describe what the server really answers: real requests are checked against
 //! them, status code and body.
 //!

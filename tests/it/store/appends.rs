@@ -2,7 +2,7 @@
 //! inside a batch) deduplicates to one record, every record of a batch carries the batch's
 //! append time, batches, keys and payloads out of bounds are refused without writing, a group
 //! commit keeps each batch atomic, and concurrent writers still get distinct, contiguous
-//! offsets (SEMANTICS Part A 3, 5 and 6; Part B section 6 cases 1, 5-7 and 35).
+//! offsets (README: "Guarantees").
 
 use std::collections::HashMap;
 
@@ -26,7 +26,7 @@ fn rejection_of(outcome: AppendOutcome) -> AppendRejection {
 // Offsets, deduplication and the append time
 // ---------------------------------------------------------------------------------------------
 
-/// Case 1: appends get contiguous offsets from 0 and a read returns them in order.
+/// Appends get contiguous offsets from 0 and a read returns them in order.
 #[test]
 fn appends_get_contiguous_offsets_and_read_back_in_order() {
     let t = TestStore::new();
@@ -49,7 +49,7 @@ fn appends_get_contiguous_offsets_and_read_back_in_order() {
     assert_eq!(t.store.bounds().unwrap(), bounds(0, 0, 3));
 }
 
-/// Case 5: a key that a hot record already has returns that record's offset and writes nothing.
+/// A key that a hot record already has returns that record's offset and writes nothing.
 #[test]
 fn repeated_key_across_batches_reuses_its_offset() {
     let t = TestStore::new();
@@ -79,7 +79,7 @@ fn repeated_key_across_batches_keeps_the_original_payload() {
     assert_eq!(bodies(&page), ["original"]);
 }
 
-/// Case 6 under Part A 6: a key repeated inside one batch gets one record holding the FIRST
+/// A key repeated inside one batch gets one record holding the FIRST
 /// occurrence's payload, and the same offset at every position.
 #[test]
 fn key_repeated_within_a_batch_stores_one_record_with_the_first_payload() {
@@ -113,7 +113,7 @@ fn mixed_batch_numbers_new_records_by_first_appearance() {
     assert_eq!(bodies(&page), ["x1", "plain", "y1", "plain"]);
 }
 
-/// Part A 6: a record appended without a key stores none (no invented key), and two keyless
+/// A record appended without a key stores none (no invented key), and two keyless
 /// records with the same body are two records.
 #[test]
 fn record_without_key_reads_back_with_no_key() {
@@ -124,7 +124,7 @@ fn record_without_key_reads_back_with_no_key() {
     assert!(page.records.iter().all(|record| record.key.is_none()));
 }
 
-/// Case 35: offsets are monotonic and a repeated key deduplicates.
+/// Offsets are monotonic and a repeated key deduplicates.
 #[test]
 fn offsets_are_monotonic_and_keys_deduplicate() {
     let t = TestStore::new();
@@ -159,11 +159,11 @@ fn appended_at_is_the_batch_time_from_the_clock() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Validation (Part A 5)
+// Validation
 // ---------------------------------------------------------------------------------------------
 
-/// Case 7 (with `max_batch_size` 2): an empty batch and an oversized batch are definite
-/// rejections, and nothing is written.
+/// With `max_batch_size` 2, an empty batch and an oversized batch are definite rejections, and
+/// nothing is written.
 #[test]
 fn empty_and_oversized_batches_are_rejected_without_writing() {
     let t = TestStore::with(|o| o.max_batch_size(2));
@@ -195,7 +195,7 @@ fn empty_and_oversized_batches_are_rejected_without_writing() {
     );
 }
 
-/// Part A 5: an empty key and a key over 1024 bytes are rejected; a 1024-byte key is accepted
+/// An empty key and a key over 1024 bytes are rejected; a 1024-byte key is accepted
 /// and read back intact.
 #[test]
 fn key_length_must_be_1_to_1024_bytes() {
@@ -265,7 +265,7 @@ fn key_length_is_counted_in_bytes() {
     );
 }
 
-/// Part A 5: a payload over `max_record_bytes` rejects the whole batch with
+/// A payload over `max_record_bytes` rejects the whole batch with
 /// `record_too_large`; a payload of exactly the limit is accepted.
 #[test]
 fn payload_over_the_record_limit_is_rejected_without_writing() {
@@ -295,7 +295,7 @@ fn payload_over_the_record_limit_is_rejected_without_writing() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Group commit (Part A 3)
+// Group commit
 // ---------------------------------------------------------------------------------------------
 
 /// A group of batches commits together, yet each batch keeps its own outcome, contiguous

@@ -1,7 +1,7 @@
 //! Cursors of a `LogStore`: consumer groups commit independently and never move back, a
 //! commit consumes nothing and may not pass `next_offset`, a deleted cursor stops counting,
 //! group names follow the naming rules, and the backlog is counted from the slowest cursor
-//! (SEMANTICS Part A 8-9; Part B section 6 cases 3, 4, 32 and 39).
+//! (README: "Guarantees"; the `consume` operations of `GET /openapi.json`).
 
 use std::collections::BTreeMap;
 
@@ -9,7 +9,7 @@ use durability::store::StoreError;
 
 use crate::common::{ReadNow, TestStore, append_ok, plain};
 
-/// Case 3: consumers commit independently, and committing consumes nothing.
+/// Consumers commit independently, and committing consumes nothing.
 #[test]
 fn consumers_commit_independently_and_history_stays_readable() {
     let t = TestStore::new();
@@ -26,7 +26,7 @@ fn consumers_commit_independently_and_history_stays_readable() {
     assert_eq!(t.store.read_now(Some(0), None).unwrap().records.len(), 2);
 }
 
-/// Case 4: a commit at or below the cursor changes nothing and answers the cursor in effect.
+/// A commit at or below the cursor changes nothing and answers the cursor in effect.
 #[test]
 fn cursor_regressions_are_ignored() {
     let t = TestStore::new();
@@ -41,7 +41,7 @@ fn cursor_regressions_are_ignored() {
     assert_eq!(t.store.cursor("search").unwrap(), Some(3));
 }
 
-/// Part A 8: a commit beyond `next_offset` is an invalid offset and changes nothing (nor does it
+/// A commit beyond `next_offset` is an invalid offset and changes nothing (nor does it
 /// poison the store); a commit of exactly `next_offset` is fine.
 #[test]
 fn commit_beyond_next_offset_is_invalid_offset_and_changes_nothing() {
@@ -90,7 +90,7 @@ fn commit_beyond_next_offset_is_invalid_offset_and_changes_nothing() {
     assert_eq!(append_ok(&t.store, &plain(&["d"])), vec![3]);
 }
 
-/// Part A 9: deleting a cursor removes it from the listing and the backlog, and a later commit
+/// Deleting a cursor removes it from the listing and the backlog, and a later commit
 /// may start below where it was.
 #[test]
 fn deleted_cursor_stops_counting_and_may_restart_lower() {
@@ -161,7 +161,7 @@ fn invalid_group_names_are_refused() {
     );
 }
 
-/// Case 32: the backlog is counted from the slowest cursor, and is 0 without cursors.
+/// The backlog is counted from the slowest cursor, and is 0 without cursors.
 #[test]
 fn backlog_counts_from_the_slowest_cursor() {
     let t = TestStore::new();
@@ -180,7 +180,7 @@ fn backlog_counts_from_the_slowest_cursor() {
     assert_eq!(t.store.pending_deliveries().unwrap(), 0);
 }
 
-/// Case 39: a fast and a slow consumer leave the slow one's backlog.
+/// A fast and a slow consumer leave the slow one's backlog.
 #[test]
 fn backlog_is_the_slow_consumers_distance_to_the_end() {
     let t = TestStore::new();

@@ -1,5 +1,4 @@
-//! `LogStore` against a real SQLite file (SEMANTICS Part A 1-9, Part B section 6), one module
-//! per behaviour:
+//! `LogStore` against a real SQLite file, one module per behaviour:
 //!
 //! - [`appends`]: contiguous offsets, deduplication by key, validation of batches, keys and
 //!   payloads, group commit and concurrent writers, with a model-based property test;

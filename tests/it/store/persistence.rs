@@ -1,8 +1,7 @@
 //! What a `LogStore` keeps: records, cursors and the offset sequence survive a reopen; a failed
 //! commit leaves nothing behind and the store refuses writes until it is reopened; and the
 //! database file is a WAL-mode SQLite volume of a known schema version, shared by independent
-//! partitions and indexed in the background (SEMANTICS Part A 1 and 4; Part B section 6
-//! case 34).
+//! partitions and indexed in the background (README: "Guarantees", "Many partitions").
 
 use std::collections::BTreeMap;
 
@@ -25,10 +24,10 @@ fn offsets_of(outcome: AppendOutcome) -> Vec<u64> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Durability across reopen (Part A 1)
+// Durability across reopen
 // ---------------------------------------------------------------------------------------------
 
-/// Case 34: records and cursors survive closing and reopening the database.
+/// Records and cursors survive closing and reopening the database.
 #[test]
 fn history_and_cursors_survive_reopen() {
     let t = TestStore::new();
@@ -70,7 +69,7 @@ fn reopen_keeps_records_cursors_and_sequence() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Failed commits (Part A 4)
+// Failed commits
 // ---------------------------------------------------------------------------------------------
 
 /// A failed append commit is an `unavailable` storage error that leaves the store refusing
@@ -171,7 +170,7 @@ fn failed_group_commit_fails_every_batch() {
     );
 }
 
-/// Part A 4 under concurrency: once a commit has failed, no write may commit, including writes
+/// Under concurrency too: once a commit has failed, no write may commit, including writes
 /// that were already waiting for the writer when the failure happened. The fault is armed
 /// before any thread starts, so the first transaction fails and every other write comes after
 /// it and must be refused with `Poisoned`.
@@ -222,7 +221,7 @@ fn writes_queued_behind_a_failed_commit_are_refused() {
 // The database file
 // ---------------------------------------------------------------------------------------------
 
-/// Part A 1: the partition's database file is in WAL mode and holds the whole log.
+/// The store's volume file is in WAL mode and holds the whole log.
 #[test]
 fn database_file_is_in_wal_mode() {
     let t = TestStore::new();

@@ -1,14 +1,14 @@
 //! Reads from a `LogStore`: a page holds at most `limit` records (capped at `max_batch_size`),
 //! reports the lag it left behind and resumes from `next_offset`; reading starts at the oldest
-//! offset by default and may not start beyond `next_offset` (SEMANTICS Part A 8; Part B
-//! section 6 case 2).
+//! offset by default and may not start beyond `next_offset` (`readRecords` in
+//! `GET /openapi.json`).
 
 use durability::store::{Page, StoreError};
 
 use super::bodies;
 use crate::common::{ReadNow, TestStore, append_ok, plain};
 
-/// Case 2: a limited read reports the lag left behind and resumes from `next_offset`.
+/// A limited read reports the lag left behind and resumes from `next_offset`.
 #[test]
 fn limited_reads_report_lag_and_resume_from_next_offset() {
     let t = TestStore::new();
@@ -27,7 +27,7 @@ fn limited_reads_report_lag_and_resume_from_next_offset() {
     assert_eq!((end.next_offset, end.lag), (4, 0));
 }
 
-/// Part A 8: reading from beyond `next_offset` is an invalid offset.
+/// Reading from beyond `next_offset` is an invalid offset.
 #[test]
 fn read_beyond_next_offset_is_invalid_offset() {
     let t = TestStore::new();
