@@ -2,7 +2,7 @@
 
 use crate::config::ConfigError;
 pub use crate::error_code::ErrorCode;
-use crate::names::NameError;
+use crate::names::{NameError, PartitionId};
 use crate::store::StoreError;
 
 /// Any error of the `durability` crate.
@@ -27,14 +27,17 @@ pub enum Error {
     /// [`Log`]: crate::Log
     #[error("the partition is stopping; the operation was not applied")]
     PartitionStopped,
-    /// The partition could not serve the request: its storage failed (the outcome of a write
-    /// is unknown: retry with the same deduplication keys).
-    #[error("partition {partition} is unavailable: {reason}")]
+    /// The partition, or the whole log, could not serve the request: its storage failed (the
+    /// outcome of a write is unknown: retry with the same deduplication keys).
+    #[error("{} is unavailable: {reason}", subject(.partition.as_ref()))]
     Unavailable {
-        /// The partition, `{topic}:{index}`.
-        partition: String,
+        /// The partition, when the failure is one partition's.
+        partition: Option<PartitionId>,
         /// What failed.
         reason: String,
+        /// The failure underneath, if any.
+        #[source]
+        source: Option<BoxedCause>,
     },
     /// Every open partition is busy and `partitions.max_open` are open, so the partition could
     /// not be opened now. Nothing changed; retry later.
@@ -62,7 +65,28 @@ pub enum Error {
     },
 }
 
+/// A cause kept as the source of an [`Error::Unavailable`].
+pub type BoxedCause = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// What an [`Error::Unavailable`] is about: `partition t:0`, or `the log`.
+fn subject(partition: Option<&PartitionId>) -> String {
+    partition.map_or_else(|| "the log".to_owned(), |id| format!("partition {id}"))
+}
+
 impl Error {
+    /// `unavailable` for `partition` (or the whole log), because of `cause` if there is one.
+    pub(crate) fn unavailable(
+        partition: Option<&PartitionId>,
+        reason: impl Into<String>,
+        cause: Option<BoxedCause>,
+    ) -> Self {
+        Self::Unavailable {
+            partition: partition.cloned(),
+            reason: reason.into(),
+            source: cause,
+        }
+    }
+
     /// The stable error code (see [`ErrorCode`] for what each promises).
     pub fn code(&self) -> ErrorCode {
         match self {
@@ -79,16 +103,14 @@ impl Error {
 
     /// The same failure, for another caller that shared it (a group commit answers several
     /// callers from one failed transaction).
-    pub(crate) fn for_another_caller(&self, partition: &crate::names::PartitionId) -> Self {
+    pub(crate) fn for_another_caller(&self, partition: &PartitionId) -> Self {
         if let Self::Store(StoreError::Corrupted { reason }) = self {
             return Self::Store(StoreError::Corrupted {
                 reason: reason.clone(),
             });
         }
-        Self::Unavailable {
-            partition: partition.to_string(),
-            reason: with_causes(self),
-        }
+        // The cause is another caller's error, which cannot be shared: its text is.
+        Self::unavailable(Some(partition), with_causes(self), None)
     }
 }
 
@@ -102,4 +124,34 @@ pub(crate) fn with_causes(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An `unavailable` error keeps its cause as its source, which the HTTP message still
+    /// shows, and names its partition only when it has one.
+    #[test]
+    fn unavailable_keeps_its_cause_and_optional_partition() {
+        let cause = std::io::Error::other("disk on fire");
+        let err = Error::unavailable(None, "listing the topics failed", Some(cause.into()));
+        assert_eq!(
+            err.to_string(),
+            "the log is unavailable: listing the topics failed"
+        );
+        let source = std::error::Error::source(&err).expect("the cause is kept");
+        assert_eq!(source.to_string(), "disk on fire");
+        assert_eq!(
+            with_causes(&err),
+            "the log is unavailable: listing the topics failed: disk on fire"
+        );
+        let id = PartitionId::new("t", 3).unwrap();
+        let err = Error::unavailable(Some(&id), "the partition kept stopping", None);
+        assert_eq!(
+            err.to_string(),
+            "partition t:3 is unavailable: the partition kept stopping"
+        );
+        assert_eq!(err.code(), ErrorCode::Unavailable);
+    }
 }

@@ -372,10 +372,7 @@ impl std::fmt::Display for Unopened {
 
 /// An error of the whole log (no one partition).
 fn unavailable(reason: String) -> Error {
-    Error::Unavailable {
-        partition: "*".into(),
-        reason,
-    }
+    Error::unavailable(None, reason, None)
 }
 
 /// Gives back a map's room once most of its entries are gone.
@@ -538,10 +535,7 @@ impl PartitionRegistry {
         }
         let unavailable = |err: StoreError| match err {
             StoreError::Corrupted { .. } => Error::Store(err),
-            err => Error::Unavailable {
-                partition: id.to_string(),
-                reason: format!("cannot open its store: {err}"),
-            },
+            err => Error::unavailable(Some(id), "cannot open its store", Some(err.into())),
         };
         let dead_letter = (self.dead_letter_for)(id.topic());
         let options = self.store_options(id, dead_letter.is_some());

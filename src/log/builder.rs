@@ -54,18 +54,17 @@ impl LogBuilder {
     /// be configured.
     pub fn open(self) -> Result<Log, Error> {
         let config = Arc::new(self.config);
-        std::fs::create_dir_all(&config.storage.data_dir).map_err(|err| Error::Unavailable {
-            partition: "*".into(),
-            reason: format!(
-                "cannot create storage.data_dir {}: {err}",
+        std::fs::create_dir_all(&config.storage.data_dir).map_err(|err| {
+            let reason = format!(
+                "cannot create storage.data_dir {}",
                 config.storage.data_dir.display()
-            ),
+            );
+            Error::unavailable(None, reason, Some(err.into()))
         })?;
         let cold = match self.cold {
             Some(cold) => cold,
-            None => config.cold_store().map_err(|err| Error::Unavailable {
-                partition: "*".into(),
-                reason: err.to_string(),
+            None => config.cold_store().map_err(|err| {
+                Error::unavailable(None, "cannot open the cold store", Some(err.into()))
             })?,
         };
         let volumes = Arc::new(Volumes::open(&config)?);

@@ -40,10 +40,11 @@ impl DeadLetter for DeadLetterTopic {
                 EventsOutcome::Rejected {
                     partition,
                     rejection,
-                } => Err(Error::Unavailable {
-                    partition: format!("{}:{partition}", self.topic),
-                    reason: format!("the dead-letter topic refused the records: {rejection}"),
-                }),
+                } => Err(Error::unavailable(
+                    PartitionId::new(&self.topic, partition).ok().as_ref(),
+                    "the dead-letter topic refused the records",
+                    Some(Box::new(rejection)),
+                )),
             }
         })
     }

@@ -187,10 +187,11 @@ impl Log {
                 Err(err) => return Err(err.into()),
             }
         }
-        Err(Error::Unavailable {
-            partition: id.to_string(),
-            reason: "the partition kept stopping".into(),
-        })
+        Err(Error::unavailable(
+            Some(id),
+            "the partition kept stopping",
+            None,
+        ))
     }
 
     /// The actor of a partition, started if needed, for applications that send it typed

@@ -40,9 +40,8 @@ impl Log {
         let volumes = self.inner.volumes.clone();
         let names = actix_web::rt::task::spawn_blocking(move || volumes.topics())
             .await
-            .map_err(|err| Error::Unavailable {
-                partition: "*".into(),
-                reason: format!("listing the topics failed: {err}"),
+            .map_err(|err| {
+                Error::unavailable(None, "listing the topics failed", Some(err.into()))
             })??;
         Ok(names
             .into_iter()
@@ -132,12 +131,13 @@ impl Log {
                 })
                 .collect()
         };
-        tokio::task::spawn_blocking(read)
-            .await
-            .map_err(|err| Error::Unavailable {
-                partition: "*".into(),
-                reason: format!("reading the groups of the open partitions failed: {err}"),
-            })
+        tokio::task::spawn_blocking(read).await.map_err(|err| {
+            Error::unavailable(
+                None,
+                "reading the groups of the open partitions failed",
+                Some(err.into()),
+            )
+        })
     }
 
     /// Every partition of `topic` in order: its bounds, its groups' cursors and its backlog.

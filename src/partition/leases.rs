@@ -39,9 +39,8 @@ impl Handler<ClaimLease> for PartitionActor {
                 LeaseOutcome::Idle => Ok(None),
                 LeaseOutcome::Exhausted(exhausted) => {
                     // The store hands out exhausted ranges only when a destination exists.
-                    let dead_letter = dead_letter.as_ref().map(Arc::as_ref).ok_or_else(|| Error::Unavailable {
-                        partition: id.to_string(),
-                        reason: "no dead-letter destination".into(),
+                    let dead_letter = dead_letter.as_ref().map(Arc::as_ref).ok_or_else(|| {
+                        Error::unavailable(Some(&id), "no dead-letter destination", None)
                     })?;
                     // Copied first, then skipped: a failure here leaves the range held, and it
                     // is retried when the hold expires (the keys make the copy idempotent).

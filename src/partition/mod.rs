@@ -226,9 +226,12 @@ impl PartitionActor {
         if self.draining {
             return Err(Error::PartitionStopped);
         }
-        let store = self.store.clone().ok_or_else(|| Error::Unavailable {
-            partition: self.setup.id.to_string(),
-            reason: "the database could not be reopened".into(),
+        let store = self.store.clone().ok_or_else(|| {
+            Error::unavailable(
+                Some(&self.setup.id),
+                "its store could not be reopened",
+                None,
+            )
         })?;
         if store.is_poisoned() {
             log::error!(
