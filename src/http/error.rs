@@ -29,13 +29,7 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorDetail {
-    /// A stable snake_case code. `400`: `invalid_request`, `invalid_name`,
-    /// `batch_too_large`, `record_too_large`, `invalid_offset`. `401`: `unauthorized`. `404`:
-    /// `unknown_partition`, `not_found`. `405`: `method_not_allowed` (with `Allow`). `409`:
-    /// `lease_not_held`, `leases_disabled`. `410`: `log_truncated`. `413`: `payload_too_large`.
-    /// `500`: `corrupted` (the partition's files are damaged: it refuses writes; retrying does
-    /// not help). `503`: `overloaded` (definite: nothing changed, retry after `Retry-After`),
-    /// `unavailable`.
+    /// A stable snake_case code (the document lists every one, by status).
     #[schema(value_type = String, example = "invalid_request")]
     code: ErrorCode,
     /// Human-readable text.

@@ -33,6 +33,7 @@ use utoipa::{Modify, OpenApi};
 use super::error::ErrorBody;
 use super::{HttpState, consume, leases, operations, produce};
 use crate::config::Config;
+use crate::error::ErrorCode;
 
 /// Every route of the API, its bodies and its errors: the part of the document that no
 /// setting changes. [`document`] adds the part that settings do.
@@ -140,6 +141,7 @@ impl Modify for Additions {
                 responses.insert("500".to_owned(), corrupted.clone().into());
             }
         }
+        error_codes(openapi);
         let metrics = OperationBuilder::new()
             .tag("operations")
             .operation_id(Some("metrics"))
@@ -310,6 +312,42 @@ fn operation<'a>(openapi: &'a mut utoipa::openapi::OpenApi, id: &str) -> &'a mut
 }
 
 /// The request body of the operation `id`, which has one.
+/// States the error codes in the description of the `code` of `ErrorDetail`, by HTTP status,
+/// from [`ErrorCode`] (a client may meet a code it does not know yet: the schema lists none).
+fn error_codes(openapi: &mut utoipa::openapi::OpenApi) {
+    let mut by_status: Vec<(u16, Vec<String>)> = Vec::new();
+    for code in ErrorCode::ALL {
+        let named = format!("`{code}`");
+        match by_status.last_mut() {
+            Some((status, codes)) if *status == code.status() => codes.push(named),
+            _ => by_status.push((code.status(), vec![named])),
+        }
+    }
+    let listed: Vec<String> = by_status
+        .iter()
+        .map(|(status, codes)| format!("`{status}`: {}", codes.join(", ")))
+        .collect();
+    let code = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .examples([ErrorCode::InvalidRequest.as_str()])
+        .description(Some(format!(
+            "A stable snake_case code. {}. Every 4xx and `overloaded` changed nothing \
+             (`overloaded`: retry after `Retry-After`); `unavailable` may have; `corrupted`: the \
+             partition's volume is damaged, and retrying does not help.",
+            listed.join(". ")
+        )))
+        .build();
+    let detail = openapi
+        .components
+        .as_mut()
+        .and_then(|components| components.schemas.get_mut("ErrorDetail"));
+    if let Some(RefOr::T(Schema::Object(detail))) = detail {
+        detail
+            .properties
+            .insert("code".to_owned(), RefOr::T(Schema::Object(code)));
+    }
+}
+
 fn request_body<'a>(openapi: &'a mut utoipa::openapi::OpenApi, id: &str) -> &'a mut RequestBody {
     match operation(openapi, id).request_body.as_mut() {
         Some(RefOr::T(body)) => body,
