@@ -120,8 +120,8 @@ impl LoadObserver {
         self.begin(Direction::Inbound)
     }
 
-    /// Starts timing a request out of the partition (a delivery). It counts as in flight until
-    /// [`finish`](Self::finish)ed.
+    /// Starts timing a request out of the partition (a delivery: a read, a poll's read, or a
+    /// lease). It counts as in flight until [`finish`](Self::finish)ed.
     pub fn begin_outbound(&self) -> Request {
         self.begin(Direction::Outbound)
     }

@@ -36,9 +36,9 @@ impl Handler<Read> for PartitionActor {
             Ok(store) => store,
             Err(err) => return Box::pin(async move { Err(err) }),
         };
-        let in_flight = self.begin_async();
+        let (in_flight, delivery) = (self.begin_async(), self.begin_delivery());
         Box::pin(async move {
-            let _in_flight = in_flight;
+            let _timed = (in_flight, delivery);
             Ok(store.read(read.from, read.limit).await?)
         })
     }

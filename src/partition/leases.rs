@@ -33,7 +33,9 @@ impl Handler<ClaimLease> for PartitionActor {
     fn handle(&mut self, lease: ClaimLease, ctx: &mut Context<Self>) -> Self::Result {
         let dead_letter = self.setup.dead_letter.clone();
         let id = self.setup.id.clone();
+        let delivery = self.begin_delivery();
         self.on_worker(ctx, move |store| async move {
+            let _delivery = delivery;
             match store.lease(&lease.group, lease.limit).await? {
                 LeaseOutcome::Leased(leased) => Ok(Some(leased)),
                 LeaseOutcome::Idle => Ok(None),

@@ -284,6 +284,15 @@ impl PartitionActor {
         InFlight(self.setup.usage.clone())
     }
 
+    /// Times a delivery (a read or a lease) as outbound load until the returned guard is
+    /// dropped, however the delivery ends.
+    fn begin_delivery(&self) -> Delivery {
+        Delivery {
+            request: self.load.begin_outbound(),
+            load: self.load.clone(),
+        }
+    }
+
     /// Starts the timers; their handles are kept so that a drain cancels them.
     fn schedule_timers(&mut self, ctx: &mut Context<Self>) {
         let retention =
@@ -329,6 +338,18 @@ pub(super) struct InFlight(Arc<Usage>);
 impl Drop for InFlight {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A delivery counted in the partition's outbound load until dropped.
+pub(super) struct Delivery {
+    load: Arc<LoadObserver>,
+    request: crate::load::Request,
+}
+
+impl Drop for Delivery {
+    fn drop(&mut self) {
+        self.load.finish(&self.request);
     }
 }
 

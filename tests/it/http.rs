@@ -998,3 +998,34 @@ async fn a_wrong_method_on_a_known_path_is_405_with_allow() {
     assert!(!server.log.stores("t", 0));
     server.stop().await;
 }
+
+/// Reads and leases are the partition's outbound load: each counts in flight while it runs,
+/// then in `completed` and `averageProcessingMs` of the window.
+#[actix::test]
+async fn load_measures_reads_and_leases_as_outbound() {
+    let server = TestServer::start(|config| config.leases.enabled = true);
+    append(&server, "events", 0, &[json!(1), json!(2)]).await;
+    let (_, load) = server.get("/topics/events/partitions/0/load").await;
+    assert_eq!(load["outbound"]["completed"], json!(0), "{load}");
+    assert_eq!(load["outbound"]["averageProcessingMs"], Value::Null);
+
+    let (status, _) = server
+        .get("/topics/events/partitions/0/records?from=0")
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = server
+        .post(
+            "/topics/events/partitions/0/groups/workers/leases",
+            json!(null),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (_, load) = server.get("/topics/events/partitions/0/load").await;
+    assert_eq!(load["outbound"]["completed"], json!(2), "{load}");
+    assert_eq!(load["outbound"]["inFlight"], json!(0), "{load}");
+    assert!(
+        load["outbound"]["averageProcessingMs"].is_number(),
+        "{load}"
+    );
+    server.stop().await;
+}
