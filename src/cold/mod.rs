@@ -120,6 +120,7 @@ pub enum ColdStoreError {
         key: String,
     },
     /// A test double failing on purpose.
+    #[cfg(any(test, feature = "test-util"))]
     #[error("injected cold store failure at {0}")]
     Injected(&'static str),
 }
