@@ -24,7 +24,7 @@ impl LogStore {
             check_offset(offset, tail.next_offset)?;
             let current: Option<u64> = tx
                 .prepare_cached(
-                    "SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2",
+                    "SELECT offset FROM cursors WHERE partition = ?1 AND group_name = ?2",
                 )?
                 .query_row(params![self.key, group], |row| row.get(0))
                 .optional()?;
@@ -32,9 +32,9 @@ impl LogStore {
                 Some(current) if current >= offset => Ok(current),
                 _ => {
                     tx.prepare_cached(
-                        "INSERT INTO cursors (partition, consumer, offset, committed_at)
+                        "INSERT INTO cursors (partition, group_name, offset, committed_at)
                          VALUES (?1, ?2, ?3, ?4)
-                         ON CONFLICT (partition, consumer) DO UPDATE
+                         ON CONFLICT (partition, group_name) DO UPDATE
                          SET offset = excluded.offset, committed_at = excluded.committed_at",
                     )?
                     .execute(params![self.key, group, offset, now])?;
@@ -53,7 +53,7 @@ impl LogStore {
         self.snapshot(|tx| {
             Ok(tx
                 .prepare_cached(
-                    "SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2",
+                    "SELECT offset FROM cursors WHERE partition = ?1 AND group_name = ?2",
                 )?
                 .query_row(params![self.key, group], |row| row.get(0))
                 .optional()?)
@@ -67,7 +67,7 @@ impl LogStore {
     pub fn cursors(&self) -> Result<BTreeMap<String, u64>, StoreError> {
         self.snapshot(|tx| {
             let mut statement =
-                tx.prepare_cached("SELECT consumer, offset FROM cursors WHERE partition = ?1")?;
+                tx.prepare_cached("SELECT group_name, offset FROM cursors WHERE partition = ?1")?;
             let rows =
                 statement.query_map(params![self.key], |row| Ok((row.get(0)?, row.get(1)?)))?;
             Ok(rows.collect::<Result<_, _>>()?)
@@ -83,11 +83,11 @@ impl LogStore {
         validate_group(group)?;
         self.write(|tx, _| {
             let deleted = tx
-                .prepare_cached("DELETE FROM cursors WHERE partition = ?1 AND consumer = ?2")?
+                .prepare_cached("DELETE FROM cursors WHERE partition = ?1 AND group_name = ?2")?
                 .execute(params![self.key, group])?;
-            tx.prepare_cached("DELETE FROM leases WHERE partition = ?1 AND consumer = ?2")?
+            tx.prepare_cached("DELETE FROM leases WHERE partition = ?1 AND group_name = ?2")?
                 .execute(params![self.key, group])?;
-            tx.prepare_cached("DELETE FROM allocations WHERE partition = ?1 AND consumer = ?2")?
+            tx.prepare_cached("DELETE FROM allocations WHERE partition = ?1 AND group_name = ?2")?
                 .execute(params![self.key, group])?;
             Ok(deleted > 0)
         })

@@ -317,7 +317,7 @@ impl LogStore {
         self.snapshot(|tx| {
             let mut statement = tx.prepare_cached(
                 "SELECT batch_id, first_offset, last_offset, state, attempt, expires_at FROM leases
-                 WHERE partition = ?1 AND consumer = ?2 ORDER BY first_offset",
+                 WHERE partition = ?1 AND group_name = ?2 ORDER BY first_offset",
             )?;
             let rows = statement.query_map(params![self.key, group], |row| {
                 Ok(LeaseRow {
@@ -341,8 +341,8 @@ impl LogStore {
     pub(super) fn lease_counts(&self) -> Result<BTreeMap<String, LeaseCounts>, StoreError> {
         self.snapshot(|tx| {
             let mut statement = tx.prepare_cached(
-                "SELECT consumer, state, COUNT(*), MIN(first_offset) FROM leases
-                 WHERE partition = ?1 GROUP BY consumer, state",
+                "SELECT group_name, state, COUNT(*), MIN(first_offset) FROM leases
+                 WHERE partition = ?1 GROUP BY group_name, state",
             )?;
             let mut rows = statement.query(params![self.key])?;
             let mut groups = BTreeMap::<String, LeaseCounts>::new();
@@ -438,7 +438,7 @@ fn held_range(
 ) -> Result<HeldRange, StoreError> {
     let row: Option<(String, String, u32)> = tx
         .prepare_cached(
-            "SELECT consumer, state, attempt FROM leases WHERE partition = ?1 AND batch_id = ?2",
+            "SELECT group_name, state, attempt FROM leases WHERE partition = ?1 AND batch_id = ?2",
         )?
         .query_row(params![partition, batch_id], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
@@ -480,7 +480,7 @@ fn claim(
     let due: Option<(u64, u64, u32)> = tx
         .prepare_cached(
             "SELECT first_offset, last_offset, attempt FROM leases
-             WHERE partition = ?1 AND consumer = ?2 AND state IN ('active', 'pending')
+             WHERE partition = ?1 AND group_name = ?2 AND state IN ('active', 'pending')
                AND expires_at <= ?3
              ORDER BY first_offset LIMIT 1",
         )?
@@ -492,7 +492,7 @@ fn claim(
         let (batch_id, attempt) = (new_batch_id(), attempt + 1);
         tx.prepare_cached(
             "UPDATE leases SET batch_id = ?2, state = 'active', attempt = ?3, expires_at = ?4
-             WHERE partition = ?1 AND consumer = ?5 AND first_offset = ?6",
+             WHERE partition = ?1 AND group_name = ?5 AND first_offset = ?6",
         )?
         .execute(params![
             partition, batch_id, attempt, expires_at, group, first
@@ -513,7 +513,7 @@ fn claim(
     let held: u32 = tx
         .prepare_cached(
             "SELECT COUNT(*) FROM leases
-             WHERE partition = ?1 AND consumer = ?2 AND state IN ('active', 'pending')",
+             WHERE partition = ?1 AND group_name = ?2 AND state IN ('active', 'pending')",
         )?
         .query_row(params![partition, group], |row| row.get(0))?;
     if held >= options.max_parallelism {
@@ -553,7 +553,7 @@ fn new_batch_id() -> String {
 fn unleased_start(tx: &Connection, partition: i64, group: &str) -> Result<Option<u64>, StoreError> {
     let allocation: Option<u64> = tx
         .prepare_cached(
-            "SELECT allocated_offset FROM allocations WHERE partition = ?1 AND consumer = ?2",
+            "SELECT allocated_offset FROM allocations WHERE partition = ?1 AND group_name = ?2",
         )?
         .query_row(params![partition, group], |row| row.get(0))
         .optional()?;
@@ -580,7 +580,7 @@ fn drop_lost(
     let waiting: Vec<(u64, u64, u32)> = tx
         .prepare_cached(
             "SELECT first_offset, last_offset, attempt FROM leases
-             WHERE partition = ?1 AND consumer = ?2 AND first_offset < ?3
+             WHERE partition = ?1 AND group_name = ?2 AND first_offset < ?3
                AND (state = 'pending' OR (state = 'active' AND expires_at <= ?4))",
         )?
         .query_map(params![partition, group, oldest, now], |row| {
@@ -591,7 +591,7 @@ fn drop_lost(
         let lost_last = last.min(oldest - 1);
         tx.prepare_cached(
             "UPDATE leases SET state = 'skipped', last_offset = ?2, batch_id = ?3, expires_at = ?4
-             WHERE partition = ?1 AND consumer = ?5 AND first_offset = ?6",
+             WHERE partition = ?1 AND group_name = ?5 AND first_offset = ?6",
         )?
         .execute(params![
             partition,
@@ -653,7 +653,7 @@ fn insert_range(
     now: i64,
 ) -> Result<(), StoreError> {
     tx.prepare_cached(
-        "INSERT INTO leases (partition, consumer, first_offset, last_offset, batch_id, state, attempt, expires_at, created_at)
+        "INSERT INTO leases (partition, group_name, first_offset, last_offset, batch_id, state, attempt, expires_at, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
@@ -669,8 +669,8 @@ fn set_allocation(
     allocated: u64,
 ) -> Result<(), StoreError> {
     tx.prepare_cached(
-        "INSERT INTO allocations (partition, consumer, allocated_offset) VALUES (?1, ?2, ?3)
-         ON CONFLICT (partition, consumer) DO UPDATE SET allocated_offset = MAX(allocated_offset, excluded.allocated_offset)",
+        "INSERT INTO allocations (partition, group_name, allocated_offset) VALUES (?1, ?2, ?3)
+         ON CONFLICT (partition, group_name) DO UPDATE SET allocated_offset = MAX(allocated_offset, excluded.allocated_offset)",
     )?
     .execute(params![partition, group, allocated])?;
     Ok(())
@@ -678,7 +678,7 @@ fn set_allocation(
 
 fn cursor_of(tx: &Connection, partition: i64, group: &str) -> Result<Option<u64>, StoreError> {
     Ok(tx
-        .prepare_cached("SELECT offset FROM cursors WHERE partition = ?1 AND consumer = ?2")?
+        .prepare_cached("SELECT offset FROM cursors WHERE partition = ?1 AND group_name = ?2")?
         .query_row(params![partition, group], |row| row.get(0))
         .optional()?)
 }
@@ -694,7 +694,7 @@ pub(super) fn advance(
 ) -> Result<Option<u64>, StoreError> {
     let cursor = cursor_of(tx, partition, group)?;
     let mut statement =
-        tx.prepare_cached("SELECT first_offset, last_offset, state FROM leases WHERE partition = ?1 AND consumer = ?2 ORDER BY first_offset")?;
+        tx.prepare_cached("SELECT first_offset, last_offset, state FROM leases WHERE partition = ?1 AND group_name = ?2 ORDER BY first_offset")?;
     let ranges: Vec<(u64, u64, String)> = statement
         .query_map(params![partition, group], |row| {
             Ok((row.get(0)?, row.get(1)?, row.get(2)?))
@@ -714,15 +714,15 @@ pub(super) fn advance(
         position = last + 1;
     }
     tx.prepare_cached(
-        "DELETE FROM leases WHERE partition = ?1 AND consumer = ?2 AND last_offset < ?3",
+        "DELETE FROM leases WHERE partition = ?1 AND group_name = ?2 AND last_offset < ?3",
     )?
     .execute(params![partition, group, position])?;
     if position == start {
         return Ok(cursor);
     }
     tx.prepare_cached(
-        "INSERT INTO cursors (partition, consumer, offset, committed_at) VALUES (?1, ?2, ?3, ?4)
-         ON CONFLICT (partition, consumer) DO UPDATE SET offset = excluded.offset, committed_at = excluded.committed_at",
+        "INSERT INTO cursors (partition, group_name, offset, committed_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (partition, group_name) DO UPDATE SET offset = excluded.offset, committed_at = excluded.committed_at",
     )?
     .execute(params![partition, group, position, now])?;
     Ok(Some(position))
