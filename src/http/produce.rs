@@ -4,6 +4,7 @@ use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
+use utoipa::openapi::schema::{Object as Schema, ObjectBuilder, SchemaType, Type};
 
 use super::error::ErrorBody;
 use super::params;
@@ -11,6 +12,7 @@ use super::request::{Object, json_body, partition};
 use super::{ApiError, HttpState};
 use crate::load::LoadSnapshot;
 use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
+use crate::store::MAX_KEY_BYTES;
 
 /// One event of `POST /topics/{topic}/records`.
 #[derive(Deserialize, ToSchema)]
@@ -22,10 +24,9 @@ struct EventBody {
     /// Any JSON value; it reads back unchanged.
     #[schema(value_type = serde_json::Value)]
     payload: Box<RawValue>,
-    /// Optional deduplication key, 1 to 1024 bytes of UTF-8 (`maxLength` counts characters, so
-    /// a key of fewer characters but more bytes is refused too): a re-sent key returns the
-    /// original place.
-    #[schema(min_length = 1, max_length = 1024)]
+    /// Optional deduplication key, 1 to [`MAX_KEY_BYTES`] bytes of UTF-8: a re-sent key
+    /// returns the original place.
+    #[schema(schema_with = event_key)]
     key: Option<String>,
 }
 
@@ -36,11 +37,36 @@ struct RecordBody {
     /// Any JSON value; it reads back unchanged.
     #[schema(value_type = serde_json::Value)]
     payload: Box<RawValue>,
-    /// Optional deduplication key, 1 to 1024 bytes of UTF-8 (`maxLength` counts characters, so
-    /// a key of fewer characters but more bytes is refused too): a re-sent key returns the
-    /// original offset.
-    #[schema(min_length = 1, max_length = 1024)]
+    /// Optional deduplication key, 1 to [`MAX_KEY_BYTES`] bytes of UTF-8: a re-sent key
+    /// returns the original offset.
+    #[schema(schema_with = record_key)]
     key: Option<String>,
+}
+
+/// The schema of `EventBody::key`.
+fn event_key() -> Schema {
+    dedup_key("place")
+}
+
+/// The schema of `RecordBody::key`.
+fn record_key() -> Schema {
+    dedup_key("offset")
+}
+
+/// The schema of an optional deduplication key, whose re-sending returns the original
+/// `returns`: a string of 1 to [`MAX_KEY_BYTES`] bytes of UTF-8, or `null`. The line breaks
+/// of the description are part of the published document.
+fn dedup_key(returns: &str) -> Schema {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .description(Some(format!(
+            "Optional deduplication key, 1 to {MAX_KEY_BYTES} bytes of UTF-8 (`maxLength` counts \
+             characters, so\na key of fewer characters but more bytes is refused too): a re-sent \
+             key returns the\noriginal {returns}."
+        )))
+        .min_length(Some(1))
+        .max_length(Some(MAX_KEY_BYTES))
+        .build()
 }
 
 /// `202` of `POST /topics/{topic}/records`.

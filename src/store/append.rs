@@ -73,7 +73,10 @@ pub enum AppendRejection {
         max: usize,
     },
     /// A deduplication key that is empty or longer than [`MAX_KEY_BYTES`].
-    #[error("record {index}: a deduplication key must be 1 to 1024 bytes, this one is {bytes}")]
+    #[error(
+        "record {index}: a deduplication key must be 1 to {max} bytes, this one is {bytes}",
+        max = MAX_KEY_BYTES
+    )]
     InvalidKey {
         /// Position of the record in the batch.
         index: usize,

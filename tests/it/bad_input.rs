@@ -4,7 +4,7 @@
 
 use actix_web::http::Method;
 use actix_web::{App, test};
-use durability::store::NewRecord;
+use durability::store::{MAX_KEY_BYTES, NewRecord};
 
 use crate::common::{TestLog, respond, stored_partitions};
 
@@ -52,7 +52,7 @@ fn cases(batch_id: &str) -> Vec<Case> {
     let p = "/topics/events/partitions/0";
     let long_topic = "t".repeat(129);
     let long_group = "g".repeat(257);
-    let long_key = "k".repeat(1025);
+    let long_key = "k".repeat(MAX_KEY_BYTES + 1);
     let big_record = format!(r#"[{{"payload":"{}"}}]"#, "x".repeat(600));
     let big_body = format!(r#"[{{"payload":"{}"}}]"#, "x".repeat(5000));
     let too_many: String = format!("[{}]", [r#"{"payload":1}"#; 11].join(","));

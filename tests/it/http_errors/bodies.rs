@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use actix_web::http::Method;
 use actix_web::{App, test};
+use durability::store::MAX_KEY_BYTES;
 use serde_json::json;
 
 use super::{assert_error, build, seed, state_of, uri_of};
@@ -114,9 +115,9 @@ async fn invalid_request_for_bad_bodies() {
     assert_eq!(stored_partitions(&t.config.storage.data_dir), files);
 }
 
-/// A deduplication key must be 1 to 1024 bytes: an empty key or a 1025-byte key is
-/// `400 invalid_request` (the whole request is refused, valid events included), and a
-/// 1024-byte key is accepted.
+/// A deduplication key must be 1 to `MAX_KEY_BYTES` bytes: an empty key or a key one byte
+/// longer is `400 invalid_request` (the whole request is refused, valid events included), and
+/// a key of exactly `MAX_KEY_BYTES` bytes is accepted.
 #[actix::test]
 async fn invalid_request_for_bad_dedup_keys() {
     let t = TestLog::with(|_| {});
@@ -125,7 +126,7 @@ async fn invalid_request_for_bad_dedup_keys() {
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
     let before = state_of(&t, "events").await;
     let files = stored_partitions(&t.config.storage.data_dir);
-    let too_long = "k".repeat(1025);
+    let too_long = "k".repeat(MAX_KEY_BYTES + 1);
     let bodies = [
         json!([{"payload": 1, "key": ""}]),
         json!([{"payload": 1, "key": "fine"}, {"payload": 2, "key": too_long}]),
@@ -158,8 +159,8 @@ async fn invalid_request_for_bad_dedup_keys() {
     assert_eq!(state_of(&t, "events").await, before);
     assert_eq!(stored_partitions(&t.config.storage.data_dir), files);
 
-    // Multi-byte characters count in bytes: 1024 bytes is the limit, inclusive.
-    let longest = "é".repeat(512);
+    // Multi-byte characters count in bytes: `MAX_KEY_BYTES` is the limit, inclusive.
+    let longest = "é".repeat(MAX_KEY_BYTES / 2);
     let (status, body) = call!(
         app,
         Method::POST,
@@ -168,7 +169,7 @@ async fn invalid_request_for_bad_dedup_keys() {
     );
     assert_eq!(status, 202, "{body}");
     assert_eq!(t.log.bounds("events", 0).await.unwrap().next_offset, 2);
-    let over = format!("{}x", "é".repeat(512));
+    let over = format!("{}x", "é".repeat(MAX_KEY_BYTES / 2));
     let answer = call!(
         app,
         Method::POST,

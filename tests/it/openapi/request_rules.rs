@@ -2,6 +2,7 @@
 //! answers at each edge.
 
 use actix_web::{App, test};
+use durability::store::MAX_KEY_BYTES;
 use serde_json::{Value, json};
 
 use super::{Document, assert_documented, operation, request, send};
@@ -58,11 +59,7 @@ async fn document_states_the_request_rules() {
     for schema in ["EventBody", "RecordBody"] {
         let key = &schemas[schema]["properties"]["key"];
         assert_eq!(key["minLength"], 1, "{schema}");
-        assert_eq!(
-            key["maxLength"],
-            durability::store::MAX_KEY_BYTES,
-            "{schema}"
-        );
+        assert_eq!(key["maxLength"], MAX_KEY_BYTES, "{schema}");
     }
     let too_large =
         operation(document, "post", "/topics/{topic}/records")["responses"]["413"]["description"]
@@ -122,8 +119,8 @@ async fn document_states_the_request_rules() {
     for (body, status) in [
         (json!([]), 400),
         (json!([record("")]), 400),
-        (json!([record(&"k".repeat(1025))]), 400),
-        (json!([record(&"k".repeat(1024))]), 202),
+        (json!([record(&"k".repeat(MAX_KEY_BYTES + 1))]), 400),
+        (json!([record(&"k".repeat(MAX_KEY_BYTES))]), 202),
         (
             json!([{"payload": 1}, {"payload": 2}, {"payload": 3}, {"payload": 4}]),
             400,

@@ -195,8 +195,8 @@ fn empty_and_oversized_batches_are_rejected_without_writing() {
     );
 }
 
-/// An empty key and a key over 1024 bytes are rejected; a 1024-byte key is accepted
-/// and read back intact.
+/// An empty key and a key over `MAX_KEY_BYTES` bytes are rejected; a key of exactly
+/// `MAX_KEY_BYTES` bytes is accepted and read back intact.
 #[test]
 fn key_length_must_be_1_to_1024_bytes() {
     let t = TestStore::new();
@@ -217,10 +217,7 @@ fn key_length_must_be_1_to_1024_bytes() {
     assert!(
         matches!(
             long,
-            AppendRejection::InvalidKey {
-                index: 1,
-                bytes: 1025
-            }
+            AppendRejection::InvalidKey { index: 1, bytes } if bytes == MAX_KEY_BYTES + 1
         ),
         "{long:?}"
     );
@@ -239,11 +236,12 @@ fn key_length_must_be_1_to_1024_bytes() {
     assert_eq!(page.records[0].key.as_deref(), Some(max_key.as_str()));
 }
 
-/// The key limit counts UTF-8 bytes, not characters: 513 two-byte characters are too long.
+/// The key limit counts UTF-8 bytes, not characters: one two-byte character more than fit in
+/// `MAX_KEY_BYTES` is too long.
 #[test]
 fn key_length_is_counted_in_bytes() {
     let t = TestStore::new();
-    let wide = "é".repeat(513);
+    let wide = "é".repeat(MAX_KEY_BYTES / 2 + 1);
     let rejection = rejection_of(
         t.store
             .append(&[NewRecord::keyed(wide, body("a"))])
@@ -252,15 +250,15 @@ fn key_length_is_counted_in_bytes() {
     assert!(
         matches!(
             rejection,
-            AppendRejection::InvalidKey {
-                index: 0,
-                bytes: 1026
-            }
+            AppendRejection::InvalidKey { index: 0, bytes } if bytes == MAX_KEY_BYTES + 2
         ),
         "{rejection:?}"
     );
     assert_eq!(
-        append_ok(&t.store, &[NewRecord::keyed("é".repeat(512), body("a"))]),
+        append_ok(
+            &t.store,
+            &[NewRecord::keyed("é".repeat(MAX_KEY_BYTES / 2), body("a"))]
+        ),
         vec![0]
     );
 }

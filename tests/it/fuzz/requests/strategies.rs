@@ -1,6 +1,7 @@
 //! The proptest strategies of the request fuzzing: arbitrary text, segments, queries and JSON
 //! bodies, shaped like each route's or not, mutated, and well-formed requests.
 
+use durability::store::MAX_KEY_BYTES;
 use proptest::prelude::*;
 use proptest::sample::Index;
 
@@ -279,7 +280,7 @@ pub(super) fn dedup_key() -> BoxedStrategy<String> {
     or_any(prop_oneof![
         6 => (0u32..20).prop_map(|n| json_string(&format!("k-{n}"))),
         1 => Just(json_string("")),
-        1 => Just(json_string(&"k".repeat(1025))),
+        1 => Just(json_string(&"k".repeat(MAX_KEY_BYTES + 1))),
         1 => Just("null".to_owned()),
         2 => any_text().prop_map(|s| json_string(&s)),
     ])
