@@ -2,6 +2,7 @@
 
 use crate::config::ConfigError;
 pub use crate::error_code::ErrorCode;
+pub(crate) use crate::error_code::with_causes;
 use crate::names::{NameError, PartitionId};
 use crate::store::StoreError;
 
@@ -112,18 +113,6 @@ impl Error {
         // The cause is another caller's error, which cannot be shared: its text is.
         Self::unavailable(Some(partition), with_causes(self), None)
     }
-}
-
-/// `err` followed by each of its causes: `storage failure: database disk image is malformed`.
-pub(crate) fn with_causes(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 #[cfg(test)]

@@ -2,7 +2,8 @@
 //!
 //! Every error type's `code()` returns one, the REST error body carries its wire string, and
 //! the HTTP status comes from [`ErrorCode::status`]: a new code does not compile without its
-//! status. A leaf module, so the storage layer and the umbrella error both use it.
+//! status. [`with_causes`] writes an error with its causes, as messages show them. A leaf
+//! module, so the storage layer and the umbrella error both use it.
 
 use std::fmt;
 
@@ -141,6 +142,18 @@ impl PartialEq<ErrorCode> for &str {
     fn eq(&self, other: &ErrorCode) -> bool {
         *self == other.as_str()
     }
+}
+
+/// `err` followed by each of its causes: `storage failure: database disk image is malformed`.
+pub(crate) fn with_causes(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }
 
 #[cfg(test)]

@@ -38,7 +38,8 @@
 //!   [`Volume`](store::Volume) (one SQLite database of many partitions, with one committer
 //!   thread and a background index): append (with group commit across partitions), read
 //!   (transparently from cold segments below the hot window), commit, cursors, bounds, backlog,
-//!   retention (`trim`), `forget_cold_before`, and leases.
+//!   retention (`trim`), `forget_cold_before`, and leases. Its `Volumes` (internal) opens the
+//!   volumes of the data folder and finds the one holding a partition.
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
 //!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
 //! - [`routing`]: the partitioning function (the original's FNV-1a), which picks an event's

@@ -1,9 +1,9 @@
 //! `PartitionRegistry`: the supervisor that maps `{topic}:{partition}` to its running actor.
 //!
-//! Partitions live in a fixed set of [`Volume`]s under `storage.data_dir`; each volume's
-//! `partitions` table says which it holds, and nothing in memory grows with the partitions
-//! that are not open. Only a write adds a partition; a read
-//! of a partition never written answers `None` and creates nothing. A known partition is
+//! Partitions live in a fixed set of volumes under `storage.data_dir`, and [`Volumes`] finds
+//! the one holding a partition: each volume's `partitions` table says which it holds, and
+//! nothing in memory grows with the partitions that are not open. Only a write adds a
+//! partition; a read of a partition never written answers `None` and creates nothing. A known partition is
 //! opened on its first message, and woken once after the registry starts so that its retention
 //! runs. At most `partitions.max_open` are open: opening one more first closes the least
 //! recently used one with nothing in flight, or, when all are busy, answers
@@ -12,7 +12,6 @@
 //! opened again before its drain finished, so a partition never has two writers.
 
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -27,11 +26,11 @@ use crate::clock::Clock;
 use crate::cold::ColdStore;
 use crate::config::Config;
 use crate::error::Error;
-use crate::names::{PartitionId, validate_topic};
+use crate::names::PartitionId;
 use crate::partition::{
     DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, RunRetention, Usage, Workers,
 };
-use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreError, StoreOptions, Volume};
+use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreError, StoreOptions, Volumes};
 
 /// Wake-ups for readers waiting for new records: one per partition and one per topic.
 #[derive(Debug, Default)]
@@ -169,236 +168,11 @@ impl Addresses {
     }
 }
 
-/// The volumes of a data folder. Which one holds a partition is asked of the volumes
-/// themselves (their `partitions` tables), so nothing here grows with the partition count.
-pub(crate) struct Volumes {
-    /// The volumes that opened, by index; `None` for one that could not be opened.
-    volumes: Vec<Option<Arc<Volume>>>,
-    /// Why each volume that could not be opened could not: a partition found in no other
-    /// volume may be stored there, so it is answered `corrupted` rather than created again
-    /// (which would hand out its offsets anew).
-    unopened: Vec<Unopened>,
-    /// Volumes that new partitions are spread over (`storage.volumes`).
-    spread: usize,
-}
-
-impl Volumes {
-    /// Opens every volume of `config`'s data folder (at least `storage.volumes`). A volume that
-    /// cannot be opened (damaged) is logged and left out, so the others serve on; one written
-    /// by a newer version, or a folder of the earlier one-database-per-partition layout, is
-    /// refused.
-    pub fn open(config: &Config) -> Result<Self, Error> {
-        let dir = &config.storage.data_dir;
-        if let Some(old) = earlier_layout_file(dir) {
-            return Err(unavailable(format!(
-                "{} holds a partition database of the earlier one-file-per-partition layout \
-                 ({}); this version keeps partitions in shared volumes and does not migrate \
-                 them: move that folder away or set storage.data_dir to another folder",
-                dir.display(),
-                old.display()
-            )));
-        }
-        let mut count = config.storage.volumes;
-        while dir.join(Volume::file_name(count)).exists() {
-            count += 1;
-        }
-        let mut volumes = Vec::with_capacity(count);
-        let mut unopened = Vec::new();
-        for index in 0..count {
-            let path = dir.join(Volume::file_name(index));
-            match Volume::open(&path, config.storage.sync) {
-                Ok(volume) => volumes.push(Some(volume)),
-                Err(err @ StoreError::SchemaTooNew { .. }) => {
-                    return Err(unavailable(format!(
-                        "cannot open {}: {err}",
-                        path.display()
-                    )));
-                }
-                Err(err) => {
-                    let unopenable = Unopened {
-                        path,
-                        cause: crate::error::with_causes(&err),
-                    };
-                    log::error!(
-                        "{unopenable}; its partitions answer `corrupted`, the other volumes \
-                         serve on"
-                    );
-                    volumes.push(None);
-                    unopened.push(unopenable);
-                }
-            }
-        }
-        Ok(Self {
-            volumes,
-            unopened,
-            spread: config.storage.volumes,
-        })
-    }
-
-    /// Opens `id`'s store in the volume that holds it or, if `create` and none does, adds it
-    /// to the volume its name is spread to.
-    fn open_store(
-        &self,
-        id: &PartitionId,
-        options: &StoreOptions,
-        create: bool,
-    ) -> Result<Option<(Arc<Volume>, LogStore)>, StoreError> {
-        let home = crate::routing::fnv1a_utf16(&id.to_string()) as usize % self.spread;
-        let others = self
-            .volumes
-            .iter()
-            .enumerate()
-            .filter_map(|(index, volume)| volume.as_ref().filter(|_| index != home));
-        for volume in others {
-            let found = LogStore::open_in(volume, id.topic(), id.index(), options.clone(), false)?;
-            if let Some(store) = found {
-                return Ok(Some((volume.clone(), store)));
-            }
-        }
-        // Created only when no volume that could not be opened, or that lost commits, may hold
-        // it already.
-        let create = create && self.unopened.is_empty() && self.lost().next().is_none();
-        let found = match &self.volumes[home] {
-            Some(volume) => {
-                LogStore::open_in(volume, id.topic(), id.index(), options.clone(), create)?
-                    .map(|store| (volume.clone(), store))
-            }
-            None => None,
-        };
-        if found.is_some() {
-            return Ok(found);
-        }
-        if let Some(unopened) = self.unopened.first() {
-            return Err(StoreError::Corrupted {
-                reason: format!("{id} may be stored in {unopened}"),
-            });
-        }
-        // Its home volume first, if that one lost commits.
-        let lost = self.volumes[home]
-            .iter()
-            .filter(|volume| volume.known_loss().is_some())
-            .chain(self.lost());
-        Ok(lost.take(1).find_map(|volume| {
-            LogStore::open_unlisted(volume, options.clone()).map(|store| (volume.clone(), store))
-        }))
-    }
-
-    /// Each damaged volume's index and what is wrong with it: `malformed`, `lost` (see
-    /// [`DamageKind`](crate::store::DamageKind)), or `unopenable`.
-    pub fn damaged(&self) -> Vec<(usize, &'static str)> {
-        let kind = |volume: &Option<Arc<Volume>>| match volume {
-            None => Some("unopenable"),
-            Some(volume) => volume.damage().map(|kind| kind.as_str()),
-        };
-        let volumes = self.volumes.iter().enumerate();
-        volumes
-            .filter_map(|(index, volume)| Some((index, kind(volume)?)))
-            .collect()
-    }
-
-    /// The volumes that hold fewer commits than they acknowledged.
-    fn lost(&self) -> impl Iterator<Item = &Arc<Volume>> {
-        self.volumes
-            .iter()
-            .flatten()
-            .filter(|volume| volume.known_loss().is_some())
-    }
-
-    /// Every stored partition, but those of volumes that lost commits (whose retention cannot
-    /// run).
-    fn partitions(&self) -> Result<Vec<PartitionId>, StoreError> {
-        let mut found = Vec::new();
-        let intact = self.volumes.iter().flatten();
-        for volume in intact.filter(|volume| volume.known_loss().is_none()) {
-            let partitions = volume.partitions()?.into_iter();
-            found.extend(
-                partitions.filter_map(|(_, topic, index)| PartitionId::new(&topic, index).ok()),
-            );
-        }
-        Ok(found)
-    }
-
-    /// Closes every volume (see [`Volume::close`]), logging failures.
-    fn close(&self) {
-        for volume in self.volumes.iter().flatten() {
-            if let Err(err) = volume.close() {
-                log::error!("{}: cannot close: {err}", volume.path().display());
-            }
-        }
-    }
-
-    /// The topics with at least one stored partition, by name.
-    ///
-    /// # Errors
-    /// `corrupted` when a volume cannot be opened or lost commits: the list cannot be vouched
-    /// for. A storage failure.
-    pub fn topics(&self) -> Result<Vec<String>, StoreError> {
-        let unvouched = |reason: String| StoreError::Corrupted {
-            reason: format!("the topics cannot be listed: {reason}"),
-        };
-        if let Some(unopened) = self.unopened.first() {
-            return Err(unvouched(unopened.to_string()));
-        }
-        if let Some(loss) = self.lost().find_map(|volume| volume.known_loss()) {
-            return Err(unvouched(loss.to_owned()));
-        }
-        let mut topics = Vec::new();
-        for volume in self.volumes.iter().flatten() {
-            topics.extend(volume.topics()?);
-        }
-        topics.sort();
-        topics.dedup();
-        Ok(topics)
-    }
-}
-
-/// A volume that could not be opened, and why.
-#[derive(Debug)]
-struct Unopened {
-    path: PathBuf,
-    cause: String,
-}
-
-impl std::fmt::Display for Unopened {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "{}, which cannot be opened: {}",
-            self.path.display(),
-            self.cause
-        )
-    }
-}
-
-/// An error of the whole log (no one partition).
-fn unavailable(reason: String) -> Error {
-    Error::unavailable(None, reason, None)
-}
-
 /// Gives back a map's room once most of its entries are gone.
 fn shrink_map<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>) {
     if map.capacity() > (map.len() * 4).max(1_024) {
         map.shrink_to_fit();
     }
-}
-
-/// A `{topic}/{index}.sqlite` file of the earlier layout, if the folder has one.
-fn earlier_layout_file(dir: &Path) -> Option<PathBuf> {
-    let topics = std::fs::read_dir(dir).ok()?;
-    topics.flatten().find_map(|topic| {
-        let name = topic.file_name().to_string_lossy().into_owned();
-        if validate_topic(&name).is_err() || !topic.path().is_dir() {
-            return None;
-        }
-        std::fs::read_dir(topic.path())
-            .ok()?
-            .flatten()
-            .find_map(|file| {
-                let file_name = file.file_name().to_string_lossy().into_owned();
-                let index = file_name.strip_suffix(".sqlite")?;
-                index.parse::<u32>().is_ok().then(|| file.path())
-            })
-    })
 }
 
 /// Builds the dead-letter destination of a topic, if it has one.
@@ -478,7 +252,7 @@ impl PartitionRegistry {
         stored_at_open.sort();
         log::info!(
             "partitions: {} volumes, at most {max_open} open at once",
-            volumes.volumes.len()
+            volumes.count()
         );
         Self {
             workers: Workers::start(config.storage.workers),

@@ -14,9 +14,9 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::partition::DeadLetter;
 use crate::registry::{
-    Addresses, DeadLetterFor, PartitionCounters, PartitionRegistry, RegistryParts, Signals, Volumes,
+    Addresses, DeadLetterFor, PartitionCounters, PartitionRegistry, RegistryParts, Signals,
 };
-use crate::store::ColdFlushCounters;
+use crate::store::{ColdFlushCounters, Volumes};
 
 /// Opens a [`Log`] with parts other than the configured ones.
 #[must_use]
@@ -50,8 +50,8 @@ impl LogBuilder {
     /// Starts the registry. Must run inside an actix `System`.
     ///
     /// # Errors
-    /// [`Error::Unavailable`] when the data folder cannot be created or the cold store cannot
-    /// be configured.
+    /// [`Error::Unavailable`] when the data folder cannot be created or holds the earlier
+    /// layout, a volume was written by a newer version, or the cold store cannot be configured.
     pub fn open(self) -> Result<Log, Error> {
         let config = Arc::new(self.config);
         std::fs::create_dir_all(&config.storage.data_dir).map_err(|err| {
@@ -67,7 +67,10 @@ impl LogBuilder {
                 Error::unavailable(None, "cannot open the cold store", Some(err.into()))
             })?,
         };
-        let volumes = Arc::new(Volumes::open(&config)?);
+        let storage = &config.storage;
+        let volumes = Volumes::open(&storage.data_dir, storage.volumes, storage.sync)
+            .map_err(|err| Error::unavailable(None, err.to_string(), None))?;
+        let volumes = Arc::new(volumes);
         let clock = self.clock;
         let custom = self.dead_letter;
         let signals = Arc::new(Signals::default());

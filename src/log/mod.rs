@@ -38,8 +38,9 @@ use crate::names::{PartitionId, validate_group};
 use crate::partition::{self, PartitionActor, PartitionStats};
 use crate::registry::{
     Addresses, Locate, OpenStores, PartitionCounters, PartitionRegistry, RunningPartitions,
-    Shutdown, Signals, Volumes,
+    Shutdown, Signals,
 };
+use crate::store::Volumes;
 use long_poll::WaitsReleased;
 
 /// The embeddable log. Cheap to clone; every clone talks to the same partitions.

@@ -19,6 +19,7 @@ mod retention;
 mod schema;
 mod segment;
 mod volume;
+mod volumes;
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
@@ -35,6 +36,7 @@ pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record, check_offset, page_limit, unsigned_offset};
 pub use retention::{ColdFlushCounters, ColdTier, Retention};
 pub use volume::{INDEX_EVERY_ROWS, Volume};
+pub(crate) use volumes::Volumes;
 
 use volume::{Fault, PartitionTail, Tail, TrimLock};
 
