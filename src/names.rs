@@ -2,6 +2,8 @@
 //! that decides which names are valid, checked before any name reaches the filesystem or a
 //! database.
 
+use std::sync::LazyLock;
+
 /// Longest topic name, in characters.
 pub const MAX_TOPIC_LEN: usize = 128;
 /// Longest consumer group name, in characters.
@@ -23,7 +25,8 @@ pub struct NameError {
     pub reason: &'static str,
 }
 
-/// Checks a topic name: 1 to 128 characters of `A-Z a-z 0-9 . _ -`, not starting with `.`.
+/// Checks a topic name: 1 to [`MAX_TOPIC_LEN`] characters of `A-Z a-z 0-9 . _ -`, not starting
+/// with `.`.
 ///
 /// These rules make a topic name safe as a path segment (no separators, no `..`): cold
 /// segments are stored under `{prefix}/{topic}/{partition}/`, folders in the folder cold
@@ -40,7 +43,10 @@ pub fn validate_topic(name: &str) -> Result<(), NameError> {
         })
     };
     if name.is_empty() || name.len() > MAX_TOPIC_LEN {
-        return fail("must be 1 to 128 characters");
+        // Formatted once from the limit, so that the reason stays a `&'static str`.
+        static RULE: LazyLock<String> =
+            LazyLock::new(|| format!("must be 1 to {MAX_TOPIC_LEN} characters"));
+        return fail(RULE.as_str());
     }
     if name.starts_with('.') {
         return fail("must not start with '.'");
@@ -54,7 +60,7 @@ pub fn validate_topic(name: &str) -> Result<(), NameError> {
     Ok(())
 }
 
-/// Checks a consumer group name: 1 to 256 characters of `A-Z a-z 0-9 . _ - :`.
+/// Checks a consumer group name: 1 to [`MAX_GROUP_LEN`] characters of `A-Z a-z 0-9 . _ - :`.
 ///
 /// # Errors
 /// [`NameError`] naming the broken rule.
@@ -67,7 +73,9 @@ pub fn validate_group(name: &str) -> Result<(), NameError> {
         })
     };
     if name.is_empty() || name.len() > MAX_GROUP_LEN {
-        return fail("must be 1 to 256 characters");
+        static RULE: LazyLock<String> =
+            LazyLock::new(|| format!("must be 1 to {MAX_GROUP_LEN} characters"));
+        return fail(RULE.as_str());
     }
     if !name
         .bytes()
@@ -186,8 +194,8 @@ mod tests {
     fn topic_and_group_rules() {
         assert!(validate_topic("events").is_ok());
         assert!(validate_topic("a.b_c-1").is_ok());
-        assert!(validate_topic(&"t".repeat(128)).is_ok());
-        assert!(validate_topic(&"t".repeat(129)).is_err());
+        assert!(validate_topic(&"t".repeat(MAX_TOPIC_LEN)).is_ok());
+        assert!(validate_topic(&"t".repeat(MAX_TOPIC_LEN + 1)).is_err());
         assert!(validate_topic("").is_err());
         assert!(validate_topic(".hidden").is_err());
         assert!(validate_topic("..").is_err());
@@ -195,8 +203,8 @@ mod tests {
         assert!(validate_topic("a:b").is_err());
         assert!(validate_topic("é").is_err());
         assert!(validate_group("search:v2").is_ok());
-        assert!(validate_group(&"g".repeat(256)).is_ok());
-        assert!(validate_group(&"g".repeat(257)).is_err());
+        assert!(validate_group(&"g".repeat(MAX_GROUP_LEN)).is_ok());
+        assert!(validate_group(&"g".repeat(MAX_GROUP_LEN + 1)).is_err());
         assert!(validate_group("").is_err());
         assert!(validate_group("a b").is_err());
         assert!(validate_group("a/b").is_err());
