@@ -17,6 +17,9 @@ mod long_poll;
 mod operations;
 mod produce;
 
+/// The counts of partitions opened and closed that [`Log::partition_counters`] answers, so
+/// that its callers need not reach into the registry.
+pub use crate::registry::PartitionCounters;
 /// The store's types that callers of `Log` see (its answers and errors), so they need not
 /// reach into [`store`](crate::store).
 pub use crate::store::{
@@ -37,8 +40,7 @@ use crate::error::Error;
 use crate::names::{PartitionId, validate_group};
 use crate::partition::{self, PartitionActor, PartitionStats};
 use crate::registry::{
-    Addresses, Locate, OpenStores, PartitionCounters, PartitionRegistry, RunningPartitions,
-    Shutdown, Signals,
+    Addresses, Locate, OpenStores, PartitionRegistry, RunningPartitions, Shutdown, Signals,
 };
 use crate::store::Volumes;
 use long_poll::WaitsReleased;

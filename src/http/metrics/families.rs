@@ -40,9 +40,8 @@ use prometheus::{
 };
 
 use crate::log::ColdFlushCounters;
-use crate::log::{GroupPosition, LeaseState, Log};
+use crate::log::{GroupPosition, LeaseState, Log, PartitionCounters};
 use crate::names::PartitionId;
-use crate::registry::PartitionCounters;
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
 /// `Metrics` can be shared by all the workers of an `HttpServer`.
