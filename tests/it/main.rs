@@ -1,7 +1,6 @@
 //! Integration tests: one binary, one module per area.
 
 mod actors;
-mod bad_input;
 mod cold;
 mod cold_faults;
 mod common;

@@ -1,11 +1,13 @@
-//! Bad input, table-driven, over every endpoint: each request answers the contract's 4xx code
-//! in the JSON error shape, and afterwards the data folder holds no new file and the written
-//! partition's bounds and cursors are unchanged.
+//! Bad input, table-driven, over every endpoint at once, with a bearer token required and a
+//! cursor and a lease in place: each request answers the contract's 4xx code in the JSON error
+//! shape, and afterwards the data folder holds no new file and the written partition's bounds,
+//! cursors and leases are unchanged.
 
 use actix_web::http::Method;
 use actix_web::{App, test};
 use durability::store::{MAX_KEY_BYTES, NewRecord};
 
+use super::build;
 use crate::common::{TestLog, respond, stored_partitions};
 
 /// One bad request and the answer the contract promises.
@@ -29,15 +31,9 @@ fn case(method: Method, uri: &str, body: Option<&str>, status: u16, code: &'stat
     }
 }
 
-fn build(case: &Case) -> test::TestRequest {
-    let mut request = test::TestRequest::default()
-        .method(case.method.clone())
-        .uri(&case.uri);
-    if let Some(body) = &case.body {
-        request = request
-            .insert_header(("content-type", "application/json"))
-            .set_payload(body.clone());
-    }
+/// The request of `case`: [`build`]'s, with the case's bearer token.
+fn request(case: &Case) -> test::TestRequest {
+    let mut request = build(case.method.clone(), &case.uri, case.body.as_deref());
     if let Some(token) = case.token {
         request = request.insert_header(("authorization", format!("Bearer {token}")));
     }
@@ -561,7 +557,7 @@ async fn bad_input_changes_nothing() {
         test::init_service(App::new().configure(durability::http::service(t.log.clone()))).await;
     let cases = cases(&lease.batch_id);
     for case in &cases {
-        let (status, body) = respond(&app, build(case).to_request()).await;
+        let (status, body) = respond(&app, request(case).to_request()).await;
         assert_eq!(
             (status, body["error"]["code"].as_str()),
             (case.status, Some(case.code)),

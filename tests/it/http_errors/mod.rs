@@ -1,7 +1,7 @@
-//! The REST server's refusals (API.md, error codes): every code of the contract answered with
-//! its status and `error.code` in the JSON error shape, and nothing changed by a refused
-//! request (bounds and cursors as before, no file created for a bad name). In-process, through
-//! `actix_web::test`.
+//! The REST server's refusals (README, REST API: "4xx means nothing changed"; the error codes of
+//! the OpenAPI document): every bad input answered with its status and `error.code` in the JSON
+//! error shape, and nothing changed by a refused request (bounds, cursors and leases as before,
+//! no file created for a bad name). In-process, through `actix_web::test`.
 //!
 //! - [`bodies`]: malformed bodies and deduplication keys;
 //! - [`queries`]: query parameters out of range, and the ones capped instead of refused;
@@ -9,7 +9,9 @@
 //! - [`names`]: bad names, unknown partitions, paths that match no route;
 //! - [`offsets`]: offsets out of range or deleted by retention;
 //! - [`leases`]: batches not held, leases switched off;
-//! - [`auth`]: the bearer token.
+//! - [`auth`]: the bearer token;
+//! - [`every_endpoint`]: one table of bad requests of every kind over every endpoint, with a
+//!   token required and a cursor and a lease in place.
 
 use actix_web::http::Method;
 use actix_web::test;
@@ -115,6 +117,7 @@ async fn state_of(t: &TestLog, topic: &str) -> Vec<(u64, u64, u64, Vec<(String, 
 
 mod auth;
 mod bodies;
+mod every_endpoint;
 mod leases;
 mod limits;
 mod names;
