@@ -26,7 +26,7 @@ impl Log {
     ) -> Result<Page, Error> {
         let id = self.partition(topic, partition)?;
         match self
-            .call(&id, false, partition::Read { from, limit })
+            .call_existing(&id, partition::Read { from, limit })
             .await?
         {
             Some(page) => Ok(page),
@@ -118,14 +118,11 @@ impl Log {
         };
         // A partition never written can only take a commit of 0 (its next offset); only that
         // commit creates it.
-        match self.call(&id, false, commit.clone()).await? {
+        match self.call_existing(&id, commit.clone()).await? {
             Some(cursor) => Ok(cursor),
             None => {
                 check_offset(offset, 0)?;
-                Ok(self
-                    .call(&id, true, commit)
-                    .await?
-                    .expect("a write always finds its partition"))
+                self.call_creating(&id, commit).await
             }
         }
     }
@@ -142,9 +139,8 @@ impl Log {
     ) -> Result<Option<u64>, Error> {
         let id = self.group_partition(topic, partition, group)?;
         Ok(self
-            .call(
+            .call_existing(
                 &id,
-                false,
                 partition::GetCursor {
                     group: group.to_owned(),
                 },
@@ -164,7 +160,7 @@ impl Log {
     ) -> Result<BTreeMap<String, u64>, Error> {
         let id = self.partition(topic, partition)?;
         Ok(self
-            .call(&id, false, partition::ListCursors)
+            .call_existing(&id, partition::ListCursors)
             .await?
             .unwrap_or_default())
     }
@@ -181,9 +177,8 @@ impl Log {
     ) -> Result<bool, Error> {
         let id = self.group_partition(topic, partition, group)?;
         Ok(self
-            .call(
+            .call_existing(
                 &id,
-                false,
                 partition::DeleteCursor {
                     group: group.to_owned(),
                 },

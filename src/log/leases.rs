@@ -26,7 +26,7 @@ impl Log {
             group: group.to_owned(),
             limit,
         };
-        match self.call(&id, false, lease).await? {
+        match self.call_existing(&id, lease).await? {
             Some(lease) => Ok(lease),
             // Never written: nothing to lease, once the limit passes the store's rule.
             None => {
@@ -108,7 +108,7 @@ impl Log {
         PartitionActor: actix::Handler<M>,
     {
         let id = self.leasing_partition(topic, partition, group)?;
-        self.call(&id, false, settlement)
+        self.call_existing(&id, settlement)
             .await?
             .ok_or_else(|| not_held(batch_id))
     }
@@ -125,9 +125,8 @@ impl Log {
     ) -> Result<Vec<LeaseRow>, Error> {
         let id = self.leasing_partition(topic, partition, group)?;
         Ok(self
-            .call(
+            .call_existing(
                 &id,
-                false,
                 partition::ListLeases {
                     group: group.to_owned(),
                 },

@@ -163,10 +163,35 @@ impl Log {
         self.inner.addresses.forget(id, stopped);
     }
 
-    /// Sends `message` to the partition's actor (starting it when it has a database, or when
-    /// `create`), retrying when the partition was stopping. `None`: the partition was never
-    /// written and `create` is false.
-    async fn call<M, T>(
+    /// Sends `message` (a read, or a write that a partition never written answers without
+    /// being created) to the partition's actor, starting it when the partition is stored,
+    /// retrying when the partition was stopping. `None`: the partition was never written, and
+    /// nothing was created.
+    async fn call_existing<M, T>(&self, id: &PartitionId, message: M) -> Result<Option<T>, Error>
+    where
+        M: Message<Result = Result<T, Error>> + Clone + Send + 'static,
+        T: Send + 'static,
+        PartitionActor: actix::Handler<M>,
+    {
+        self.deliver(id, false, message).await
+    }
+
+    /// Sends `message` (a write) to the partition's actor, starting it and creating the
+    /// partition when it was never written, retrying when the partition was stopping.
+    async fn call_creating<M, T>(&self, id: &PartitionId, message: M) -> Result<T, Error>
+    where
+        M: Message<Result = Result<T, Error>> + Clone + Send + 'static,
+        T: Send + 'static,
+        PartitionActor: actix::Handler<M>,
+    {
+        let answer = self.deliver(id, true, message).await?;
+        Ok(answer.expect("a write always finds its partition"))
+    }
+
+    /// What [`call_existing`](Self::call_existing) and [`call_creating`](Self::call_creating)
+    /// share: locates the partition (creating it if `create`) and sends `message`, retrying
+    /// when the partition was stopping.
+    async fn deliver<M, T>(
         &self,
         id: &PartitionId,
         create: bool,
@@ -220,7 +245,7 @@ impl Log {
     pub async fn stats(&self, topic: &str, partition: u32) -> Result<PartitionStats, Error> {
         let id = self.partition(topic, partition)?;
         Ok(self
-            .call(&id, false, partition::GetStats)
+            .call_existing(&id, partition::GetStats)
             .await?
             .unwrap_or_default())
     }
@@ -232,9 +257,7 @@ impl Log {
     #[cfg(any(test, feature = "test-util"))]
     pub async fn fail_next_commit(&self, topic: &str, partition: u32) -> Result<(), Error> {
         let id = self.partition(topic, partition)?;
-        self.call(&id, true, partition::FailNextCommit)
-            .await
-            .map(drop)
+        self.call_creating(&id, partition::FailNextCommit).await
     }
 
     /// The counts of cold flushes (succeeded and failed) that every partition of this log made

@@ -65,7 +65,7 @@ impl Log {
     pub async fn bounds(&self, topic: &str, partition: u32) -> Result<Bounds, Error> {
         let id = self.partition(topic, partition)?;
         Ok(self
-            .call(&id, false, partition::GetBounds)
+            .call_existing(&id, partition::GetBounds)
             .await?
             .unwrap_or_default())
     }
@@ -76,7 +76,7 @@ impl Log {
     /// Name and partition errors; `unavailable`.
     pub async fn load(&self, topic: &str, partition: u32) -> Result<LoadSnapshot, Error> {
         let id = self.partition(topic, partition)?;
-        match self.call(&id, false, partition::GetLoad).await? {
+        match self.call_existing(&id, partition::GetLoad).await? {
             Some(load) => Ok(load),
             None => Ok(LoadObserver::new(self.inner.clock.clone()).snapshot(0)),
         }
@@ -88,7 +88,7 @@ impl Log {
     /// Name and partition errors; `unavailable` (a cold-store failure stops at that pass).
     pub async fn trim(&self, topic: &str, partition: u32) -> Result<u64, Error> {
         let id = self.partition(topic, partition)?;
-        Ok(self.call(&id, false, partition::Trim).await?.unwrap_or(0))
+        Ok(self.call_existing(&id, partition::Trim).await?.unwrap_or(0))
     }
 
     /// Forgets a partition's cold segments that end below `before`; answers how many.
@@ -103,7 +103,7 @@ impl Log {
     ) -> Result<u64, Error> {
         let id = self.partition(topic, partition)?;
         Ok(self
-            .call(&id, false, partition::ForgetColdBefore { before })
+            .call_existing(&id, partition::ForgetColdBefore { before })
             .await?
             .unwrap_or(0))
     }

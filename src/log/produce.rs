@@ -75,8 +75,7 @@ impl Log {
         id: &PartitionId,
         records: Vec<NewRecord>,
     ) -> Result<Appended, Error> {
-        let appended = self.call(id, true, partition::Append { records }).await?;
-        Ok(appended.expect("a write always finds its partition"))
+        self.call_creating(id, partition::Append { records }).await
     }
 
     /// Appends keyed events, each to the partition its `partition_key` picks, one atomic batch
