@@ -24,6 +24,55 @@ use actix_web::{HttpResponse, ResponseError, web};
 
 pub use error::ApiError;
 
+/// Calls `$then!` with every route of the API but the two that are served apart (`/healthz`,
+/// outside authentication and timing, and `/metrics`, which is Prometheus text): each path
+/// with the method and handler (`module::function`, under `crate::http`) of every operation
+/// on it. The one list: [`service_with_metrics`] registers these routes from it, and the
+/// OpenAPI document lists the same handlers, whose `#[utoipa::path]` states each path again
+/// for the document (a test checks that every documented route is served).
+macro_rules! api_routes {
+    ($then:ident) => {
+        $then! {
+            "/openapi.json" => get openapi::openapi;
+            "/topics" => get operations::topics;
+            "/topics/{topic}" => get operations::topic;
+            "/topics/{topic}/records" => post produce::events;
+            "/topics/{topic}/partitions/{partition}/records" =>
+                post produce::records, get consume::read;
+            "/topics/{topic}/groups/{group}/poll" => get consume::poll;
+            "/topics/{topic}/groups/{group}/commit" => post consume::commit;
+            "/topics/{topic}/partitions/{partition}/cursors" => get consume::cursors;
+            "/topics/{topic}/partitions/{partition}/cursors/{group}" =>
+                put consume::put_cursor, delete consume::delete_cursor;
+            "/topics/{topic}/groups/{group}/leases" => post leases::claim_any;
+            "/topics/{topic}/partitions/{partition}/groups/{group}/leases" =>
+                post leases::claim, get leases::list;
+            "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/ack" =>
+                post leases::ack;
+            "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/nack" =>
+                post leases::nack;
+            "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/extend" =>
+                post leases::extend;
+            "/topics/{topic}/partitions/{partition}/bounds" => get operations::bounds;
+            "/topics/{topic}/partitions/{partition}/load" => get operations::load;
+            "/topics/{topic}/partitions/{partition}/trim" => post operations::trim;
+            "/topics/{topic}/partitions/{partition}/cold/forget" => post operations::forget_cold;
+        }
+    };
+}
+pub(crate) use api_routes;
+
+/// Defines `register_routes`, which registers every route of [`api_routes`], one resource per
+/// path.
+macro_rules! register_routes {
+    ($($path:literal => $($method:ident $module:ident :: $handler:ident),+;)*) => {
+        fn register_routes(cfg: &mut web::ServiceConfig) {
+            cfg$(.service(web::resource($path)$(.$method(crate::http::$module::$handler))+))*;
+        }
+    };
+}
+api_routes!(register_routes);
+
 use crate::error::ErrorCode;
 use crate::log::Log;
 use metrics::Metrics;
@@ -104,30 +153,16 @@ pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web:
         cfg.service(
             web::scope("")
                 .wrap(from_fn(refuse_declared_oversize))
-                .wrap(ErrorHandlers::new().handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed))
+                .wrap(
+                    ErrorHandlers::new()
+                        .handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed),
+                )
                 .wrap(from_fn(authenticate))
                 .wrap(from_fn(metrics::observe))
                 // One resource per path, so a known path with a method it does not serve is
                 // answered 405 with `Allow` (a route per method would answer 404).
                 .service(web::resource("/metrics").get(metrics::metrics))
-                .service(web::resource("/openapi.json").get(openapi::openapi))
-                .service(web::resource("/topics").get(operations::topics))
-                .service(web::resource("/topics/{topic}").get(operations::topic))
-                .service(web::resource("/topics/{topic}/records").post(produce::events))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/records").post(produce::records).get(consume::read))
-                .service(web::resource("/topics/{topic}/groups/{group}/poll").get(consume::poll))
-                .service(web::resource("/topics/{topic}/groups/{group}/commit").post(consume::commit))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/cursors").get(consume::cursors))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/cursors/{group}").put(consume::put_cursor).delete(consume::delete_cursor))
-                .service(web::resource("/topics/{topic}/groups/{group}/leases").post(leases::claim_any))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/groups/{group}/leases").post(leases::claim).get(leases::list))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/ack").post(leases::ack))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/nack").post(leases::nack))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/extend").post(leases::extend))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/bounds").get(operations::bounds))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/load").get(operations::load))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/trim").post(operations::trim))
-                .service(web::resource("/topics/{topic}/partitions/{partition}/cold/forget").post(operations::forget_cold))
+                .configure(register_routes)
                 .default_service(web::to(not_found)),
         );
     }

@@ -30,57 +30,43 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, Secur
 use utoipa::openapi::{Content, ContentBuilder, Ref, RefOr, Required};
 use utoipa::{Modify, OpenApi};
 
+use super::HttpState;
 use super::error::ErrorBody;
-use super::{HttpState, consume, leases, operations, produce};
 use crate::config::Config;
 use crate::error::ErrorCode;
 
-/// Every route of the API, its bodies and its errors: the part of the document that no
-/// setting changes. [`document`] adds the part that settings do.
-#[derive(OpenApi)]
-#[openapi(
-    info(
-        title = "durability",
-        version = env!("CARGO_PKG_VERSION"),
-        description = "A partitioned, retained, append-only log: produce, read, consume with \
-            committed cursors or leases, and operate partitions. Every error is \
-            `{\"error\": {\"code\", \"message\", ...details}}`: a 4xx is definite (nothing \
-            changed), a 5xx is uncertain (retry a produce with the same deduplication keys)."
-    ),
-    paths(
-        produce::events,
-        produce::records,
-        consume::read,
-        consume::poll,
-        consume::commit,
-        consume::put_cursor,
-        consume::cursors,
-        consume::delete_cursor,
-        leases::claim,
-        leases::claim_any,
-        leases::ack,
-        leases::nack,
-        leases::extend,
-        leases::list,
-        operations::bounds,
-        operations::load,
-        operations::trim,
-        operations::forget_cold,
-        operations::topics,
-        operations::topic,
-        operations::healthz,
-        openapi,
-    ),
-    components(schemas(ErrorBody)),
-    modifiers(&Additions),
-    tags(
-        (name = "produce", description = "Append records"),
-        (name = "consume", description = "Read pages, poll and commit consumer groups' cursors"),
-        (name = "leases", description = "Parallel consumers sharing one group through leased ranges"),
-        (name = "operations", description = "Bounds, load, retention, topics, health"),
-    )
-)]
-struct ApiDoc;
+/// Defines `ApiDoc`: every route of the API (those of [`api_routes`](super::api_routes), and
+/// `/healthz`; `/metrics` is added by [`Additions`]), its bodies and its errors: the part of
+/// the document that no setting changes. [`document`] adds the part that settings do.
+macro_rules! api_doc {
+    ($($path:literal => $($method:ident $module:ident :: $handler:ident),+;)*) => {
+        #[derive(OpenApi)]
+        #[openapi(
+            info(
+                title = "durability",
+                version = env!("CARGO_PKG_VERSION"),
+                description = "A partitioned, retained, append-only log: produce, read, consume with \
+                    committed cursors or leases, and operate partitions. Every error is \
+                    `{\"error\": {\"code\", \"message\", ...details}}`: a 4xx is definite (nothing \
+                    changed), a 5xx is uncertain (retry a produce with the same deduplication keys)."
+            ),
+            paths(
+                crate::http::operations::healthz,
+                $($(crate::http::$module::$handler),+),*
+            ),
+            components(schemas(ErrorBody)),
+            modifiers(&Additions),
+            tags(
+                (name = "produce", description = "Append records"),
+                (name = "consume", description = "Read pages, poll and commit consumer groups' cursors"),
+                (name = "leases", description = "Parallel consumers sharing one group through leased ranges"),
+                (name = "operations", description = "Bounds, load, retention, topics, health"),
+            )
+        )]
+        struct ApiDoc;
+    };
+}
+super::api_routes!(api_doc);
 
 /// The document of a server running with `config`.
 ///
