@@ -76,6 +76,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     println!("records after the commit: {new_records}");
     assert_eq!(new_records, 0);
 
+    // Topics come a page at a time: pass `next` as `after` until it is null.
+    let topics = call(address, "GET", "/topics?limit=100", None).await?;
+    println!("topics: {topics}");
+    assert_eq!(topics["topics"][0]["name"], "clicks");
+    assert!(topics["next"].is_null());
+
     handle.stop(true).await;
     log.shutdown().await?;
     Ok(())

@@ -22,6 +22,9 @@ pub enum Error {
     /// A topic or group name breaks the naming rules.
     #[error(transparent)]
     InvalidName(#[from] NameError),
+    /// A request's parameter is out of its range (a listing's page size or position).
+    #[error("{0}")]
+    InvalidRequest(String),
     /// A partition is stopping (idle) or restarting; the operation was not applied. [`Log`]
     /// retries on a fresh start of the partition, so callers rarely see this.
     ///
@@ -94,6 +97,7 @@ impl Error {
             Self::Store(err) => err.code(),
             Self::Config(_) => ErrorCode::InvalidConfig,
             Self::InvalidName(_) => ErrorCode::InvalidName,
+            Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
             Self::UnknownPartition { .. } => ErrorCode::UnknownPartition,
             Self::Overloaded { .. } => ErrorCode::Overloaded,
             Self::PartitionStopped | Self::Unavailable { .. } | Self::Mailbox(_) => {

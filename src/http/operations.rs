@@ -2,13 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use actix_web::{HttpResponse, web};
+use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
 use super::params;
-use super::request::{Integer, json_body, offset, partition};
+use super::request::{Integer, Query, json_body, offset, partition};
 use super::{ApiError, HttpState};
 use crate::log;
 
@@ -68,8 +68,11 @@ struct TopicSummary {
 /// `200` of `GET /topics`.
 #[derive(Serialize, ToSchema)]
 struct Topics {
-    /// Topics that have at least one written partition, sorted by name.
+    /// Topics that have at least one written partition, sorted by name: the page.
     topics: Vec<TopicSummary>,
+    /// The last name of the page when more topics may follow (pass it as `after`); `null` at
+    /// the end.
+    next: Option<String>,
 }
 
 /// One partition in `GET /topics/{topic}`.
@@ -226,30 +229,46 @@ pub async fn forget_cold(
     Ok(HttpResponse::Ok().json(Forgotten { forgotten }))
 }
 
-/// `GET /topics`: topics with at least one written partition, by name.
+/// `GET /topics?after=&limit=`: a page of the topics with at least one written partition, by
+/// name.
 #[utoipa::path(
     get,
     path = "/topics",
     tag = "operations",
     operation_id = "listTopics",
-    summary = "Every topic with data",
+    summary = "The topics with data, a page at a time",
+    description = "Topics with at least one written partition, sorted by name: the first `limit` \
+        whose names sort after `after`. `next` is the last name of the page when more may follow \
+        (pass it as `after`), `null` at the end. A topic created between two pages appears at \
+        most once, and none that existed throughout is skipped.",
+    params(params::TopicsQuery),
     responses(
-        (status = 200, description = "Topics with at least one written partition, sorted by name", body = Topics),
+        (status = 200, description = "A page of topics, sorted by name", body = Topics),
+        (status = 400, description = "`invalid_request`: `limit` out of range, or `after` not a topic name", body = ErrorBody),
         (status = 503, description = "`unavailable`", body = ErrorBody),
     )
 )]
-pub async fn topics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiError> {
-    let topics = state
+pub async fn topics(
+    state: web::Data<HttpState>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    let query = Query::parse(request.query_string())?;
+    let page = state
         .log
-        .topics()
-        .await?
+        .topics_page(query.text("after"), query.limit()?)
+        .await?;
+    let topics = page
+        .topics
         .into_iter()
         .map(|topic| TopicSummary {
             name: topic.name,
             partitions: topic.partitions,
         })
         .collect();
-    Ok(HttpResponse::Ok().json(Topics { topics }))
+    Ok(HttpResponse::Ok().json(Topics {
+        topics,
+        next: page.next,
+    }))
 }
 
 /// `GET /topics/{topic}`: every partition's bounds, cursors and backlog.

@@ -12,6 +12,7 @@ use utoipa::openapi::Required;
 use utoipa::openapi::path::{Parameter, ParameterBuilder, ParameterIn};
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
 
+use crate::log::{DEFAULT_TOPICS_PAGE, MAX_TOPICS_PAGE};
 use crate::names::{GROUP_PATTERN, MAX_GROUP_LEN, MAX_TOPIC_LEN, TOPIC_PATTERN};
 
 /// A path parameter.
@@ -111,6 +112,43 @@ pub struct ReadQuery {
     /// How long to wait, in ms, for a first record when there is none at `from`. Defaults to 0.
     #[param(rename = "waitMs", minimum = 0)]
     wait_ms: Option<u64>,
+}
+
+/// Query of `GET /topics`, its range stated from the log's constants.
+pub struct TopicsQuery;
+
+impl IntoParams for TopicsQuery {
+    fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
+        let query = |name: &str, description: String, schema: ObjectBuilder| {
+            ParameterBuilder::new()
+                .name(name)
+                .parameter_in(ParameterIn::Query)
+                .required(Required::False)
+                .description(Some(description))
+                .schema(Some(schema.build()))
+                .build()
+        };
+        vec![
+            query(
+                "after",
+                "List the topics whose names sort after this one (the `next` of the previous \
+                 page). Defaults to the first topic. Not a topic name: `400 invalid_request`."
+                    .to_owned(),
+                name_schema(MAX_TOPIC_LEN, TOPIC_PATTERN),
+            ),
+            query(
+                "limit",
+                format!(
+                    "The most topics in the page: 1 to {MAX_TOPICS_PAGE}, default \
+                     {DEFAULT_TOPICS_PAGE} (`400 invalid_request` outside)."
+                ),
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1))
+                    .maximum(Some(MAX_TOPICS_PAGE as f64)),
+            ),
+        ]
+    }
 }
 
 /// Query of `GET /topics/{topic}/groups/{group}/poll`.

@@ -150,6 +150,11 @@ impl Query {
             .transpose()
     }
 
+    /// A text parameter, as given.
+    pub fn text(&self, name: &str) -> Option<&str> {
+        self.0.get(name).map(String::as_str)
+    }
+
     /// `from`: an offset (negative is `400 invalid_offset`).
     pub fn from(&self) -> Result<Option<u64>, ApiError> {
         self.integer("from")?.map(offset).transpose()

@@ -27,7 +27,9 @@ pub use crate::store::{
     LeaseState, NewRecord, Page, Record, StoreError, unsigned_offset,
 };
 pub use builder::LogBuilder;
-pub use operations::{PartitionDetail, TopicInfo};
+pub use operations::{
+    DEFAULT_TOPICS_PAGE, MAX_TOPICS_PAGE, PartitionDetail, TopicInfo, TopicsPage,
+};
 pub use produce::{Event, EventsOutcome};
 
 use std::sync::Arc;

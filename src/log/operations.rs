@@ -31,25 +31,81 @@ pub struct TopicInfo {
     pub partitions: u32,
 }
 
+/// The page size of a topic listing when none is given.
+pub const DEFAULT_TOPICS_PAGE: usize = 1_000;
+/// The largest page of a topic listing.
+pub const MAX_TOPICS_PAGE: usize = 10_000;
+
+/// A page of topics, and where the next one starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicsPage {
+    /// Topics with at least one written partition, by name.
+    pub topics: Vec<TopicInfo>,
+    /// The last name of the page when more topics may follow (pass it as `after`); `None` at
+    /// the end.
+    pub next: Option<String>,
+}
+
 impl Log {
-    /// The topics with at least one written partition, by name.
+    /// Up to `limit` (default [`DEFAULT_TOPICS_PAGE`], at most [`MAX_TOPICS_PAGE`]) topics with
+    /// at least one written partition whose names sort after `after` (default: from the
+    /// first), by name. Paging with `next` lists every topic that exists throughout exactly
+    /// once; the cost of a page follows its size, not the topics stored.
     ///
     /// # Errors
-    /// `unavailable`.
-    pub async fn topics(&self) -> Result<Vec<TopicInfo>, Error> {
-        let volumes = self.inner.volumes.clone();
-        let names = actix_web::rt::task::spawn_blocking(move || volumes.topics())
-            .await
-            .map_err(|err| {
-                Error::unavailable(None, "listing the topics failed", Some(err.into()))
-            })??;
-        Ok(names
+    /// `invalid_request` for a `limit` of 0 or over the maximum, or an `after` that is not a
+    /// topic name; `corrupted` when a volume's topics cannot be vouched for; `unavailable`.
+    pub async fn topics_page(
+        &self,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<TopicsPage, Error> {
+        let limit = limit.unwrap_or(DEFAULT_TOPICS_PAGE);
+        if !(1..=MAX_TOPICS_PAGE).contains(&limit) {
+            return Err(Error::InvalidRequest(format!(
+                "limit must be 1 to {MAX_TOPICS_PAGE}, not {limit}"
+            )));
+        }
+        if let Some(after) = after {
+            crate::names::validate_topic(after)
+                .map_err(|err| Error::InvalidRequest(format!("after: {err}")))?;
+        }
+        let (volumes, after) = (self.inner.volumes.clone(), after.unwrap_or("").to_owned());
+        let (names, more) =
+            actix_web::rt::task::spawn_blocking(move || volumes.topics(&after, limit))
+                .await
+                .map_err(|err| {
+                    Error::unavailable(None, "listing the topics failed", Some(err.into()))
+                })??;
+        let next = more.then(|| names.last().cloned()).flatten();
+        let topics = names
             .into_iter()
             .map(|name| TopicInfo {
                 partitions: self.inner.config.topic(&name).log.partitions_per_topic,
                 name,
             })
-            .collect())
+            .collect();
+        Ok(TopicsPage { topics, next })
+    }
+
+    /// Every topic with at least one written partition, by name: [`Log::topics_page`] page
+    /// after page. Its cost follows the topics stored; prefer pages where there are many.
+    ///
+    /// # Errors
+    /// As [`Log::topics_page`].
+    pub async fn topics(&self) -> Result<Vec<TopicInfo>, Error> {
+        let mut topics = Vec::new();
+        let mut after = None;
+        loop {
+            let page = self
+                .topics_page(after.as_deref(), Some(MAX_TOPICS_PAGE))
+                .await?;
+            topics.extend(page.topics);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(topics),
+            }
+        }
     }
 
     /// Each damaged volume's index (the N of `volume-N.sqlite`) and what is wrong with it:

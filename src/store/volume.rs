@@ -347,15 +347,19 @@ impl Volume {
         self.shared.known_loss()
     }
 
-    /// The topics with at least one partition stored here, by name.
+    /// Up to `limit` topics with at least one partition stored here whose names sort after
+    /// `after` (every name sorts after `""`), by name. One range of the `(topic, partition)`
+    /// index: the cost follows the page, not the topics stored.
     ///
     /// # Errors
     /// A storage failure.
-    pub fn topics(&self) -> Result<Vec<String>, StoreError> {
+    pub fn topics_after(&self, after: &str, limit: usize) -> Result<Vec<String>, StoreError> {
         let conn = self.shared.readers.get()?;
-        let mut statement =
-            conn.prepare_cached("SELECT DISTINCT topic FROM partitions ORDER BY topic")?;
-        let rows = statement.query_map([], |row| row.get(0))?;
+        let mut statement = conn.prepare_cached(
+            "SELECT DISTINCT topic FROM partitions WHERE topic > ?1 ORDER BY topic LIMIT ?2",
+        )?;
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = statement.query_map(rusqlite::params![after, limit], |row| row.get(0))?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 

@@ -208,12 +208,18 @@ impl Volumes {
         }
     }
 
-    /// The topics with at least one stored partition, by name. Blocks on SQLite.
+    /// Up to `limit` topics with at least one stored partition whose names sort after `after`,
+    /// by name, and whether more may follow. Each volume answers its first `limit + 1`; the
+    /// first `limit` of their merge are the page. Blocks on SQLite.
     ///
     /// # Errors
     /// `corrupted` when a volume cannot be opened or lost commits: the list cannot be vouched
     /// for. A storage failure.
-    pub(crate) fn topics(&self) -> Result<Vec<String>, StoreError> {
+    pub(crate) fn topics(
+        &self,
+        after: &str,
+        limit: usize,
+    ) -> Result<(Vec<String>, bool), StoreError> {
         let unvouched = |reason: String| StoreError::Corrupted {
             reason: format!("the topics cannot be listed: {reason}"),
         };
@@ -225,11 +231,13 @@ impl Volumes {
         }
         let mut topics = Vec::new();
         for volume in self.volumes.iter().flatten() {
-            topics.extend(volume.topics()?);
+            topics.extend(volume.topics_after(after, limit.saturating_add(1))?);
         }
         topics.sort();
         topics.dedup();
-        Ok(topics)
+        let more = topics.len() > limit;
+        topics.truncate(limit);
+        Ok((topics, more))
     }
 }
 

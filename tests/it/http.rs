@@ -745,7 +745,7 @@ async fn trim_to_cold_then_forget() {
 async fn topics_and_topic_detail() {
     let server = TestServer::start(|_| {});
     let (status, body) = server.get("/topics").await;
-    assert_eq!((status, body), (200, json!({"topics": []})));
+    assert_eq!((status, body), (200, json!({"topics": [], "next": null})));
 
     append(&server, "beta", 1, &[json!("b")]).await;
     append(
@@ -771,7 +771,7 @@ async fn topics_and_topic_detail() {
     assert_eq!(status, 200);
     assert_eq!(
         body,
-        json!({"topics": [{"name": "alpha", "partitions": 8}, {"name": "beta", "partitions": 8}]})
+        json!({"topics": [{"name": "alpha", "partitions": 8}, {"name": "beta", "partitions": 8}], "next": null})
     );
 
     let (status, detail) = server.get("/topics/alpha").await;
@@ -872,7 +872,7 @@ async fn bearer_token_is_required_except_for_healthz() {
 
     server.token = Some("s3cret".into());
     let (status, body) = server.get("/topics").await;
-    assert_eq!((status, body), (200, json!({"topics": []})));
+    assert_eq!((status, body), (200, json!({"topics": [], "next": null})));
     append(&server, "events", 0, &[json!(1)]).await;
     let (status, _) = server.get("/topics/events/partitions/0/records").await;
     assert_eq!(status, 200);
@@ -1027,5 +1027,63 @@ async fn load_measures_reads_and_leases_as_outbound() {
         load["outbound"]["averageProcessingMs"].is_number(),
         "{load}"
     );
+    server.stop().await;
+}
+
+/// `GET /topics` in pages: every topic exactly once and in name order, over several volumes
+/// and topics of several partitions; `next` continues and is `null` at the end; a bad `limit`
+/// or `after` is `400 invalid_request`.
+#[actix::test]
+async fn topics_are_listed_in_pages() {
+    let server = TestServer::start(|config| config.storage.volumes = 3);
+    let names: Vec<String> = (0..25).map(|n| format!("t{n:02}")).collect();
+    for name in &names {
+        append(&server, name, 0, &[json!(1)]).await;
+    }
+    append(&server, "t03", 5, &[json!(1)]).await;
+
+    let (mut seen, mut after, mut pages) = (Vec::new(), None::<String>, 0);
+    loop {
+        let uri = match &after {
+            Some(after) => format!("/topics?limit=10&after={after}"),
+            None => "/topics?limit=10".to_owned(),
+        };
+        let (status, body) = server.get(&uri).await;
+        assert_eq!(status, 200, "{body}");
+        pages += 1;
+        for topic in body["topics"].as_array().unwrap() {
+            seen.push(topic["name"].as_str().unwrap().to_owned());
+            assert_eq!(topic["partitions"], json!(8), "{topic}");
+        }
+        match body["next"].as_str() {
+            Some(next) => after = Some(next.to_owned()),
+            None => {
+                assert!(body["next"].is_null(), "{body}");
+                break;
+            }
+        }
+    }
+    assert_eq!(seen, names);
+    assert_eq!(pages, 3);
+    let (_, all) = server.get("/topics").await;
+    assert_eq!(all["topics"].as_array().unwrap().len(), 25, "{all}");
+    assert!(all["next"].is_null(), "{all}");
+
+    for bad in [
+        "/topics?limit=0",
+        "/topics?limit=10001",
+        "/topics?limit=-1",
+        "/topics?limit=x",
+        "/topics?after=.hidden",
+        "/topics?after=a%2Fb",
+    ] {
+        let (status, body) = server.get(bad).await;
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert_eq!(
+            body["error"]["code"],
+            json!("invalid_request"),
+            "{bad}: {body}"
+        );
+    }
     server.stop().await;
 }

@@ -49,6 +49,7 @@ async fn invalid_request_for_bad_query_parameters() {
             ],
         ),
         ("waitMs", &["-1", "-5", "soon", "9223372036854775808"]),
+        ("after", &["", ".hidden", "a/b", "%2E%2E"]),
     ];
     for route in routes() {
         for parameter in &route.query {
