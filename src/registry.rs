@@ -11,7 +11,8 @@
 //! again when its oldest hot record becomes due for age retention. A closing partition is not
 //! opened again before its drain finished, so a partition never has two writers.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -193,6 +194,10 @@ pub(crate) struct PartitionRegistry {
     workers: Workers,
     max_open: usize,
     running: HashMap<PartitionId, Running>,
+    /// The open partitions by their last use as the registry last saw it, oldest first (see
+    /// [`PartitionRegistry::least_recently_used`]). Entries of partitions closed since, or
+    /// used since, are stale and set right when they come up.
+    by_use: BinaryHeap<Reverse<(u64, u64, PartitionId)>>,
     /// Partitions draining, and who waits to open them again.
     closing: HashMap<PartitionId, Vec<oneshot::Sender<()>>>,
     generations: u64,
@@ -267,6 +272,7 @@ impl PartitionRegistry {
             clock,
             dead_letter_for,
             running: HashMap::new(),
+            by_use: BinaryHeap::new(),
             closing: HashMap::new(),
             generations: 0,
             memory_returned: std::time::Instant::now(),
@@ -339,6 +345,8 @@ impl PartitionRegistry {
         self.generations += 1;
         let topic = self.config.topic(id.topic());
         let usage = Arc::new(Usage::default());
+        // Opening is a use, the first the registry sees.
+        usage.touch();
         let setup = PartitionSetup {
             id: id.clone(),
             volume,
@@ -365,19 +373,15 @@ impl PartitionRegistry {
                 store,
             },
         );
+        let opened_at = self.running[id].usage.last_used();
+        self.remember_use(id.clone(), self.generations, opened_at);
         Ok(Some(addr))
     }
 
     /// Closes the least recently used open partition with nothing in flight, or answers
     /// [`Error::Overloaded`] when every open partition is busy.
     fn make_room(&mut self, wanted: &PartitionId, ctx: &mut Context<Self>) -> Result<(), Error> {
-        let victim = self
-            .running
-            .iter()
-            .filter(|(_, running)| !running.usage.is_busy())
-            .min_by_key(|(_, running)| running.usage.last_used())
-            .map(|(id, _)| id.clone());
-        let Some(victim) = victim else {
+        let Some(victim) = self.least_recently_used() else {
             self.counters.overloaded.fetch_add(1, Ordering::Relaxed);
             return Err(Error::Overloaded {
                 partition: wanted.to_string(),
@@ -389,6 +393,51 @@ impl PartitionRegistry {
             .fetch_add(1, Ordering::Relaxed);
         self.close(&victim, ctx);
         Ok(())
+    }
+
+    /// The open partition with nothing in flight whose last use is the oldest. Partitions are
+    /// used without the registry hearing of it (messages go to their actors), so `by_use`
+    /// learns late: an entry that comes up older than its partition's last use goes back in
+    /// with that use, one closed or reopened since is dropped. Each re-entry follows a use or
+    /// an open, so a choice costs O(log n) amortized, whatever the number open; only when
+    /// every open partition is busy does it look at them all.
+    fn least_recently_used(&mut self) -> Option<PartitionId> {
+        let mut busy = Vec::new();
+        let victim = loop {
+            let Some(Reverse((seen, generation, id))) = self.by_use.pop() else {
+                break None;
+            };
+            let Some(running) = self.running.get(&id) else {
+                continue;
+            };
+            let used = running.usage.last_used();
+            if running.generation != generation {
+                continue;
+            } else if used > seen {
+                self.by_use.push(Reverse((used, generation, id)));
+            } else if running.usage.is_busy() {
+                busy.push(Reverse((seen, generation, id)));
+            } else {
+                break Some(id);
+            }
+        };
+        self.by_use.extend(busy);
+        victim
+    }
+
+    /// Notes that `id` (opened as `generation`) was last used at `used`, and drops the stale
+    /// entries once they outnumber the open partitions.
+    fn remember_use(&mut self, id: PartitionId, generation: u64, used: u64) {
+        self.by_use.push(Reverse((used, generation, id)));
+        if self.by_use.len() > 2 * self.running.len() + 1_024 {
+            self.by_use = self
+                .running
+                .iter()
+                .map(|(id, running)| {
+                    Reverse((running.usage.last_used(), running.generation, id.clone()))
+                })
+                .collect();
+        }
     }
 
     /// Drains and stops a running partition; it may open again once the drain finished.

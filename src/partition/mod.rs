@@ -118,7 +118,8 @@ impl Usage {
         *EPOCH.get_or_init(Instant::now)
     }
 
-    fn touch(&self) {
+    /// Records a use now.
+    pub(crate) fn touch(&self) {
         let now = Self::epoch().elapsed().as_millis() as u64;
         self.last_used.store(now, Ordering::Relaxed);
     }

@@ -549,3 +549,47 @@ fn stop_start_cycles_return_every_partition_and_its_memory() {
         .collect();
     assert!(complaints.is_empty(), "{complaints:#?}");
 }
+
+/// Making room closes the open partition used least recently: one read after its open keeps
+/// the first-opened partition, and the second-opened one, untouched since, is closed instead;
+/// then the read one, when it is the oldest use.
+#[actix::test]
+async fn room_is_made_by_closing_the_least_recently_used_partition() {
+    let t = TestLog::with(|config| config.partitions.max_open = 3);
+    let pause = || actix_web::rt::time::sleep(Duration::from_millis(5));
+    for topic in ["a", "b", "c"] {
+        t.log
+            .append(topic, 0, vec![NewRecord::new("1")])
+            .await
+            .unwrap();
+        pause().await;
+    }
+    t.log.read("a", 0, Some(0), None).await.unwrap();
+    pause().await;
+    t.log
+        .append("d", 0, vec![NewRecord::new("1")])
+        .await
+        .unwrap();
+    let open = |topics: &[&str]| -> Vec<String> {
+        topics.iter().map(|topic| format!("{topic}:0")).collect()
+    };
+    let running = |log: &Log| {
+        let log = log.clone();
+        async move {
+            log.running_partitions()
+                .await
+                .unwrap()
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(running(&t.log).await, open(&["a", "c", "d"]));
+    pause().await;
+    t.log
+        .append("e", 0, vec![NewRecord::new("1")])
+        .await
+        .unwrap();
+    assert_eq!(running(&t.log).await, open(&["a", "d", "e"]));
+    assert_eq!(t.log.partition_counters().closed_for_room(), 2);
+}
