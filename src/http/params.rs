@@ -15,15 +15,24 @@ use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
 use crate::log::{DEFAULT_TOPICS_PAGE, MAX_TOPICS_PAGE};
 use crate::names::{GROUP_PATTERN, MAX_GROUP_LEN, MAX_TOPIC_LEN, TOPIC_PATTERN};
 
-/// A path parameter.
-fn path_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Parameter {
+/// A parameter `in` the path (required) or the query (optional).
+fn parameter(in_: ParameterIn, name: &str, description: &str, schema: ObjectBuilder) -> Parameter {
+    let required = match in_ {
+        ParameterIn::Path => Required::True,
+        _ => Required::False,
+    };
     ParameterBuilder::new()
         .name(name)
-        .parameter_in(ParameterIn::Path)
-        .required(Required::True)
+        .parameter_in(in_)
+        .required(required)
         .description(Some(description))
         .schema(Some(schema.build()))
         .build()
+}
+
+/// A path parameter.
+fn path_parameter(name: &str, description: &str, schema: ObjectBuilder) -> Parameter {
+    parameter(ParameterIn::Path, name, description, schema)
 }
 
 /// A name of [`crate::names`]: a string of 1 to `max_length` characters matching `pattern`.
@@ -119,26 +128,18 @@ pub struct TopicsQuery;
 
 impl IntoParams for TopicsQuery {
     fn into_params(_: impl Fn() -> Option<ParameterIn>) -> Vec<Parameter> {
-        let query = |name: &str, description: String, schema: ObjectBuilder| {
-            ParameterBuilder::new()
-                .name(name)
-                .parameter_in(ParameterIn::Query)
-                .required(Required::False)
-                .description(Some(description))
-                .schema(Some(schema.build()))
-                .build()
-        };
         vec![
-            query(
+            parameter(
+                ParameterIn::Query,
                 "after",
                 "List the topics whose names sort after this one (the `next` of the previous \
-                 page). Defaults to the first topic. Not a topic name: `400 invalid_request`."
-                    .to_owned(),
+                 page). Defaults to the first topic. Not a topic name: `400 invalid_request`.",
                 name_schema(MAX_TOPIC_LEN, TOPIC_PATTERN),
             ),
-            query(
+            parameter(
+                ParameterIn::Query,
                 "limit",
-                format!(
+                &format!(
                     "The most topics in the page: 1 to {MAX_TOPICS_PAGE}, default \
                      {DEFAULT_TOPICS_PAGE} (`400 invalid_request` outside)."
                 ),
