@@ -3,10 +3,10 @@
 //! Partitions live in a fixed set of volumes under `storage.data_dir`, and [`Volumes`] finds
 //! the one holding a partition: each volume's `partitions` table says which it holds, and
 //! nothing in memory grows with the partitions that are not open. Only a write adds a
-//! partition; a read of a partition never written answers `None` and creates nothing. A known partition is
-//! opened on its first message, and woken once after the registry starts so that its retention
-//! runs. At most `partitions.max_open` are open: opening one more first closes the least
-//! recently used one with nothing in flight, or, when all are busy, answers
+//! partition; a read of a partition never written answers `None` and creates nothing. A known
+//! partition is opened on its first message, and woken once after the registry starts so
+//! that its retention runs. At most `partitions.max_open` are open: opening one more first
+//! closes the least recently used one with nothing in flight, or, when all are busy, answers
 //! [`Error::Overloaded`]. A partition idle for `idle_stop_ms` is drained and stopped, and woken
 //! again when its oldest hot record becomes due for age retention. A closing partition is not
 //! opened again before its drain finished, so a partition never has two writers.

@@ -179,23 +179,8 @@ impl LogStore {
             else {
                 break;
             };
-            let Some(bytes) = cold.store.get(key).await? else {
-                log::warn!("{}: cold segment {key} is missing", self.describe());
+            let Some(segment) = self.load_segment(key, (*first, *last), None).await? else {
                 break;
-            };
-            let expected = segment::Expected {
-                topic: &cold.topic,
-                partition: cold.partition,
-                first_offset: *first,
-                last_offset: *last,
-                checksum: segment::header_checksum(&bytes).unwrap_or_default(),
-            };
-            let segment = match segment::decode(&bytes, &expected) {
-                Ok(segment) => segment,
-                Err(why) => {
-                    log::error!("{}: cold segment {key} is damaged: {why}", self.describe());
-                    break;
-                }
             };
             let wanted = limit - records.len();
             records.extend(
@@ -226,27 +211,47 @@ impl LogStore {
         if let Some(records) = self.segment_cache.get(indexed) {
             return Ok(Some(records));
         }
+        let key = SegmentKey::from_stored(indexed.locator.clone());
+        let span = (indexed.first_offset, indexed.last_offset);
+        let Some(records) = self
+            .load_segment(&key, span, Some(&indexed.checksum))
+            .await?
+        else {
+            return Ok(None);
+        };
+        let records: Arc<[Record]> = records.into();
+        self.segment_cache.insert(indexed, records.clone());
+        Ok(Some(records))
+    }
+
+    /// The records of the segment under `key`, holding offsets `first..=last`, checked against
+    /// `checksum` (the index's), or else against the one its own header names (a segment found
+    /// by listing the cold tier). `None`, logged, when the object is missing or fails its
+    /// checks (which is truncation, never data), or when there is no cold tier.
+    async fn load_segment(
+        &self,
+        key: &SegmentKey,
+        (first_offset, last_offset): (u64, u64),
+        checksum: Option<&str>,
+    ) -> Result<Option<Vec<Record>>, StoreError> {
         let Some(cold) = &self.options.cold else {
             return Ok(None);
         };
-        let key = SegmentKey::from_stored(indexed.locator.clone());
-        let Some(bytes) = cold.store.get(&key).await? else {
+        let Some(bytes) = cold.store.get(key).await? else {
             log::warn!("{}: cold segment {key} is missing", self.describe());
             return Ok(None);
         };
         let expected = segment::Expected {
             topic: &cold.topic,
             partition: cold.partition,
-            first_offset: indexed.first_offset,
-            last_offset: indexed.last_offset,
-            checksum: &indexed.checksum,
+            first_offset,
+            last_offset,
+            checksum: checksum
+                .or_else(|| segment::header_checksum(&bytes))
+                .unwrap_or_default(),
         };
         match segment::decode(&bytes, &expected) {
-            Ok(records) => {
-                let records: Arc<[Record]> = records.into();
-                self.segment_cache.insert(indexed, records.clone());
-                Ok(Some(records))
-            }
+            Ok(records) => Ok(Some(records)),
             Err(why) => {
                 log::error!("{}: cold segment {key} is damaged: {why}", self.describe());
                 Ok(None)

@@ -440,12 +440,7 @@ impl Shared {
 
     /// Refuses writes to a damaged volume.
     pub(super) fn check_intact(&self) -> Result<(), StoreError> {
-        match self.damaged.get() {
-            Some(damage) => Err(StoreError::Corrupted {
-                reason: damage.reason.clone(),
-            }),
-            None => Ok(()),
-        }
+        refuse(self.damaged.get().map(|damage| damage.reason.as_str()))
     }
 
     /// See [`Volume::known_loss`].
@@ -459,12 +454,7 @@ impl Shared {
     /// Refuses every read of a volume with a known loss: what it holds may be older than what
     /// it acknowledged, and serving it as the log would hide the loss.
     pub(super) fn check_complete(&self) -> Result<(), StoreError> {
-        match self.known_loss() {
-            Some(reason) => Err(StoreError::Corrupted {
-                reason: reason.to_owned(),
-            }),
-            None => Ok(()),
-        }
+        refuse(self.known_loss())
     }
 
     /// Marks the volume damaged, logging it once and recording it beside the volume (see
@@ -1068,6 +1058,15 @@ impl Shared {
             .query_row(params![key, dedup_key], |row| row.get(0))
             .optional()?)
     }
+}
+
+/// `corrupted` with `reason`, if there is one.
+fn refuse(reason: Option<&str>) -> Result<(), StoreError> {
+    reason.map_or(Ok(()), |reason| {
+        Err(StoreError::Corrupted {
+            reason: reason.to_owned(),
+        })
+    })
 }
 
 /// The file beside a volume that holds its high-water mark: the newest seq known durable.

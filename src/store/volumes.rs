@@ -150,12 +150,9 @@ impl Volumes {
                 reason: format!("{id} may be stored in {unopened}"),
             });
         }
-        // Its home volume first, if that one lost commits.
-        let lost = self.volumes[home]
-            .iter()
-            .filter(|volume| volume.known_loss().is_some())
-            .chain(self.lost());
-        Ok(lost.take(1).find_map(|volume| {
+        // It may be in a volume that lost commits: its home volume if that one did.
+        let mut lost = self.volumes[home].iter().chain(self.lost());
+        Ok(lost.find_map(|volume| {
             LogStore::open_unlisted(volume, options.clone()).map(|store| (volume.clone(), store))
         }))
     }
