@@ -180,7 +180,9 @@ pub struct RetentionSettings {
     pub max_records: u64,
     /// Most hot payload bytes, at most 1 GiB. Default: 256 MiB.
     pub max_bytes: u64,
-    /// How often each partition runs retention. Default: 60 s.
+    /// How often the partitions whose retention is due are looked for: a partition's
+    /// retention runs within one interval of its oldest record breaking a limit (two at
+    /// most). Default: 60 s.
     pub sweep_interval_ms: u64,
 }
 
@@ -399,6 +401,17 @@ impl Config {
                 retention: self.retention.clone(),
                 leases: self.leases.clone(),
             })
+    }
+
+    /// How often retention sweeps look for due partitions: the shortest `sweep_interval_ms` of
+    /// the global section and every topic's.
+    pub fn sweep_interval(&self) -> std::time::Duration {
+        let shortest = self
+            .topics
+            .values()
+            .map(|topic| topic.retention.sweep_interval_ms)
+            .fold(self.retention.sweep_interval_ms, u64::min);
+        std::time::Duration::from_millis(shortest)
     }
 
     /// This configuration with every secret replaced, for logging.

@@ -29,11 +29,12 @@
 //! - `registry` (internal): the `PartitionRegistry` actor, a supervisor that finds the volume
 //!   holding each partition (each volume lists its own), opens a partition's actor on its first
 //!   message, keeps at most `partitions.max_open` open (closing the least recently used idle
-//!   one, or answering [`Error::Overloaded`]), closes idle ones, wakes them when retention is
-//!   due, and restarts one whose store failed.
+//!   one, or answering [`Error::Overloaded`]), closes idle ones, and restarts one whose store
+//!   failed. Its one timer starts the retention `sweep` (internal), which asks each volume for
+//!   the partitions whose retention is due (an index range) and runs it, a few at a time.
 //! - [`partition`]: [`PartitionActor`](partition::PartitionActor), one per open partition, owning
 //!   no thread: one typed message per operation, group commit through its volume's committer,
-//!   other blocking work on a fixed pool of workers, and a retention timer.
+//!   other blocking work on a fixed pool of workers, and an idleness timer.
 //! - [`store`]: [`LogStore`], every rule of one partition's log over its share of a
 //!   [`Volume`](store::Volume) (one SQLite database of many partitions, with one committer
 //!   thread and a background index): append (with group commit across partitions), read
@@ -102,6 +103,7 @@ pub(crate) mod registry;
 pub use registry::PartitionCounters;
 pub mod routing;
 pub mod store;
+mod sweep;
 
 pub use config::Config;
 pub use error::{Error, ErrorCode};

@@ -4,23 +4,23 @@
 //! the one holding a partition: each volume's `partitions` table says which it holds, and
 //! nothing in memory grows with the partitions that are not open. Only a write adds a
 //! partition; a read of a partition never written answers `None` and creates nothing. A known
-//! partition is opened on its first message, and woken once after the registry starts so
-//! that its retention runs. At most `partitions.max_open` are open: opening one more first
+//! partition is opened on its first message, or when the retention sweep finds its retention
+//! due (see [`crate::sweep`]). At most `partitions.max_open` are open: opening one more first
 //! closes the least recently used one with nothing in flight, or, when all are busy, answers
-//! [`Error::Overloaded`]. A partition idle for `idle_stop_ms` is drained and stopped, and woken
-//! again when its oldest hot record becomes due for age retention. A closing partition is not
-//! opened again before its drain finished, so a partition never has two writers.
+//! [`Error::Overloaded`]. A partition idle for `idle_stop_ms` is drained and stopped. A closing
+//! partition is not opened again before its drain finished, so a partition never has two
+//! writers.
 
-use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, AtomicResponse, Context, Handler, Message,
-    ResponseActFuture, WeakAddr, WrapFuture,
+    ResponseActFuture, SpawnHandle, WeakAddr, WrapFuture,
 };
+use hashlink::LinkedHashMap;
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
@@ -29,9 +29,10 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::names::PartitionId;
 use crate::partition::{
-    DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, RunRetention, Usage, Workers,
+    DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, Usage, Workers,
 };
 use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreError, StoreOptions, Volumes};
+use crate::sweep::Sweep;
 
 /// Wake-ups for readers waiting for new records: one per partition and one per topic.
 #[derive(Debug, Default)]
@@ -70,6 +71,7 @@ pub struct PartitionCounters {
     closed: AtomicU64,
     closed_for_room: AtomicU64,
     overloaded: AtomicU64,
+    pub(crate) retention_runs: AtomicU64,
 }
 
 impl PartitionCounters {
@@ -91,6 +93,11 @@ impl PartitionCounters {
     /// Requests refused with `overloaded`: every open partition was busy.
     pub fn overloaded(&self) -> u64 {
         self.overloaded.load(Ordering::Relaxed)
+    }
+
+    /// Retention runs of due partitions by the sweep since the log opened.
+    pub fn retention_runs(&self) -> u64 {
+        self.retention_runs.load(Ordering::Relaxed)
     }
 
     /// Partitions open now.
@@ -193,11 +200,9 @@ pub(crate) struct PartitionRegistry {
     addresses: Arc<Addresses>,
     workers: Workers,
     max_open: usize,
-    running: HashMap<PartitionId, Running>,
-    /// The open partitions by their last use as the registry last saw it, oldest first (see
-    /// [`PartitionRegistry::least_recently_used`]). Entries of partitions closed since, or
-    /// used since, are stale and set right when they come up.
-    by_use: BinaryHeap<Reverse<(u64, u64, PartitionId)>>,
+    /// The open partitions, in order of their last use as the registry last saw it, oldest
+    /// first (see [`PartitionRegistry::least_recently_used`]).
+    running: LinkedHashMap<PartitionId, Running>,
     /// Partitions draining, and who waits to open them again.
     closing: HashMap<PartitionId, Vec<oneshot::Sender<()>>>,
     generations: u64,
@@ -205,10 +210,9 @@ pub(crate) struct PartitionRegistry {
     memory_returned: std::time::Instant,
     /// Whether a return of memory is scheduled.
     memory_return_due: bool,
-    /// The partitions stored when the log opened, for [`Actor::started`] to wake. Listed while
-    /// the log opens: that is storage I/O of the open, and a log dropped before the actor's
-    /// first turn must not leave it reading files that may be gone.
-    stored_at_open: Vec<PartitionId>,
+    /// The sweep timer, and the sweep running if one is; cancelled by [`Shutdown`].
+    sweeps: Option<SpawnHandle>,
+    sweep_running: Option<SpawnHandle>,
 }
 
 /// Least time between two returns of freed memory to the operating system.
@@ -218,6 +222,8 @@ struct Running {
     addr: Addr<PartitionActor>,
     generation: u64,
     usage: Arc<Usage>,
+    /// The partition's last use when the registry last looked (see `usage` for the latest).
+    seen: u64,
     /// The partition's store, for reads that must not count as its activity (metrics).
     store: Arc<LogStore>,
 }
@@ -250,11 +256,6 @@ impl PartitionRegistry {
             addresses,
         } = parts;
         let max_open = config.partitions.max_open();
-        let mut stored_at_open = volumes.partitions().unwrap_or_else(|err| {
-            log::error!("cannot list the stored partitions to run their retention: {err}");
-            Vec::new()
-        });
-        stored_at_open.sort();
         log::info!(
             "partitions: {} volumes, at most {max_open} open at once",
             volumes.count()
@@ -271,13 +272,13 @@ impl PartitionRegistry {
             cold,
             clock,
             dead_letter_for,
-            running: HashMap::new(),
-            by_use: BinaryHeap::new(),
+            running: LinkedHashMap::new(),
             closing: HashMap::new(),
             generations: 0,
             memory_returned: std::time::Instant::now(),
             memory_return_due: false,
-            stored_at_open,
+            sweeps: None,
+            sweep_running: None,
         }
     }
 
@@ -343,7 +344,6 @@ impl PartitionRegistry {
         };
         let store = Arc::new(store);
         self.generations += 1;
-        let topic = self.config.topic(id.topic());
         let usage = Arc::new(Usage::default());
         // Opening is a use, the first the registry sees.
         usage.touch();
@@ -351,7 +351,6 @@ impl PartitionRegistry {
             id: id.clone(),
             volume,
             options,
-            sweep_interval: Duration::from_millis(topic.retention.sweep_interval_ms),
             idle_stop: Duration::from_millis(self.config.partitions.idle_stop_ms),
             dead_letter,
             on_idle: Some(ctx.address().recipient()),
@@ -369,12 +368,11 @@ impl PartitionRegistry {
             Running {
                 addr: addr.clone(),
                 generation: self.generations,
+                seen: usage.last_used(),
                 usage,
                 store,
             },
         );
-        let opened_at = self.running[id].usage.last_used();
-        self.remember_use(id.clone(), self.generations, opened_at);
         Ok(Some(addr))
     }
 
@@ -396,48 +394,24 @@ impl PartitionRegistry {
     }
 
     /// The open partition with nothing in flight whose last use is the oldest. Partitions are
-    /// used without the registry hearing of it (messages go to their actors), so `by_use`
-    /// learns late: an entry that comes up older than its partition's last use goes back in
-    /// with that use, one closed or reopened since is dropped. Each re-entry follows a use or
-    /// an open, so a choice costs O(log n) amortized, whatever the number open; only when
-    /// every open partition is busy does it look at them all.
+    /// used without the registry hearing of it (messages go to their actors), so `running`
+    /// learns late: a partition at the front that was used since it was last seen goes to the
+    /// back, as does a busy one. Each move follows a use, or skips a partition in use, so a
+    /// choice costs O(1) amortized, whatever the number open; only when every open partition
+    /// is busy does it look at them all (twice at most).
     fn least_recently_used(&mut self) -> Option<PartitionId> {
-        let mut busy = Vec::new();
-        let victim = loop {
-            let Some(Reverse((seen, generation, id))) = self.by_use.pop() else {
-                break None;
-            };
-            let Some(running) = self.running.get(&id) else {
-                continue;
-            };
+        for _ in 0..2 * self.running.len() {
+            let mut front = self.running.front_entry()?;
+            let running = front.get_mut();
             let used = running.usage.last_used();
-            if running.generation != generation {
-                continue;
-            } else if used > seen {
-                self.by_use.push(Reverse((used, generation, id)));
-            } else if running.usage.is_busy() {
-                busy.push(Reverse((seen, generation, id)));
-            } else {
-                break Some(id);
+            if used > running.seen {
+                running.seen = used;
+            } else if !running.usage.is_busy() {
+                return Some(front.key().clone());
             }
-        };
-        self.by_use.extend(busy);
-        victim
-    }
-
-    /// Notes that `id` (opened as `generation`) was last used at `used`, and drops the stale
-    /// entries once they outnumber the open partitions.
-    fn remember_use(&mut self, id: PartitionId, generation: u64, used: u64) {
-        self.by_use.push(Reverse((used, generation, id)));
-        if self.by_use.len() > 2 * self.running.len() + 1_024 {
-            self.by_use = self
-                .running
-                .iter()
-                .map(|(id, running)| {
-                    Reverse((running.usage.last_used(), running.generation, id.clone()))
-                })
-                .collect();
+            front.to_back();
         }
+        None
     }
 
     /// Drains and stops a running partition; it may open again once the drain finished.
@@ -478,39 +452,50 @@ impl PartitionRegistry {
             registry.memory_returned = std::time::Instant::now();
             registry.signals.release_unused();
             registry.addresses.shrink();
-            shrink_map(&mut registry.running);
+            if registry.running.capacity() > (registry.running.len() * 4).max(1_024) {
+                registry.running.shrink_to_fit();
+            }
             shrink_map(&mut registry.closing);
             crate::memory::return_freed();
         });
     }
 
-    /// Opens `id` (if it is not open) and runs its retention.
-    fn wake(&mut self, id: &PartitionId, ctx: &mut Context<Self>) {
-        if self.closing.contains_key(id) {
-            return; // it opens again with its next message
+    /// Starts a retention sweep (see [`crate::sweep`]) unless one is still running. Retention
+    /// runs a few partitions at a time: as many as the worker threads can keep busy while
+    /// flushes wait on the cold store, and never more than half of `max_open`, so that sweeps
+    /// leave room for the partitions in use.
+    fn sweep(&mut self, ctx: &mut Context<Self>) {
+        if self.sweep_running.is_some() {
+            return;
         }
-        match self.locate(id, false, ctx) {
-            Ok(Some(partition)) => partition.do_send(RunRetention),
-            Ok(None) => {}
-            Err(err) => log::warn!("partition {id}: cannot wake it for retention: {err}"),
-        }
+        let concurrency = (self.config.storage.workers.max(1) * 4).min(self.max_open / 2);
+        let sweep = Sweep {
+            registry: ctx.address().downgrade(),
+            volumes: self.volumes.clone(),
+            clock: self.clock.clone(),
+            workers: self.workers.clone(),
+            counters: self.counters.clone(),
+            concurrency: concurrency.max(1),
+        };
+        let running = ctx.spawn(
+            sweep
+                .run()
+                .into_actor(self)
+                .map(|(), registry, _| registry.sweep_running = None),
+        );
+        self.sweep_running = Some(running);
     }
 }
 
 impl Actor for PartitionRegistry {
     type Context = Context<Self>;
 
-    /// Wakes every known partition once, spread over one sweep interval, so retention runs on
-    /// partitions nobody touches after a restart.
+    /// Sweeps for due retention every sweep interval: the one timer, whatever the partitions.
     fn started(&mut self, ctx: &mut Self::Context) {
-        let found = std::mem::take(&mut self.stored_at_open);
-        let spread = Duration::from_millis(self.config.retention.sweep_interval_ms);
-        let count = found.len().max(1) as u32;
-        for (position, id) in found.into_iter().enumerate() {
-            ctx.run_later(spread * position as u32 / count, move |registry, ctx| {
-                registry.wake(&id, ctx)
-            });
-        }
+        let sweeps = ctx.run_interval(self.config.sweep_interval(), |registry, ctx| {
+            registry.sweep(ctx);
+        });
+        self.sweeps = Some(sweeps);
     }
 }
 
@@ -562,12 +547,6 @@ impl Handler<PartitionIdle> for PartitionRegistry {
         if !current {
             return;
         }
-        if let Some(wake_at) = idle.wake_at {
-            let delay =
-                Duration::from_millis(wake_at.saturating_sub(self.clock.now_ms()).max(0) as u64);
-            let id = idle.id.clone();
-            ctx.run_later(delay, move |registry, ctx| registry.wake(&id, ctx));
-        }
         self.close(&idle.id, ctx);
     }
 }
@@ -580,7 +559,13 @@ pub(crate) struct Shutdown;
 impl Handler<Shutdown> for PartitionRegistry {
     type Result = AtomicResponse<Self, ()>;
 
-    fn handle(&mut self, _: Shutdown, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, _: Shutdown, ctx: &mut Self::Context) -> Self::Result {
+        for sweep in [self.sweeps.take(), self.sweep_running.take()]
+            .into_iter()
+            .flatten()
+        {
+            ctx.cancel_future(sweep);
+        }
         let running: Vec<Running> = self.running.drain().map(|(_, running)| running).collect();
         let counters = self.counters.clone();
         let volumes = self.volumes.clone();

@@ -8,9 +8,10 @@
 //! `docs/append-pipeline.md`); other blocking work (cursor commits, leases, retention) runs on one
 //! of a fixed set of worker threads shared by every partition (`[storage] workers`), so a blocking
 //! fsync never stalls the event loop. Hot reads are the exception: one short query on a pooled WAL
-//! reader, which never waits for a commit, they run on the event loop (see [`Read`]). A timer only
-//! enqueues [`RunRetention`]. A partition idle for `idle_stop` tells the registry, which drains it;
-//! a drained partition cancels its timers and stops, and its actor is dropped. A partition whose
+//! reader, which never waits for a commit, they run on the event loop (see [`Read`]). Retention
+//! runs when the registry's sweep finds it due ([`RunRetention`]); the one timer checks for
+//! idleness. A partition idle for `idle_stop` tells the registry, which drains it; a drained
+//! partition cancels its timer and stops, and its actor is dropped. A partition whose
 //! volume failed a commit stops at its next message and its supervisor restarts it, reopening its
 //! store.
 
@@ -61,7 +62,6 @@ pub(crate) struct PartitionSetup {
     pub id: PartitionId,
     pub volume: Arc<Volume>,
     pub options: StoreOptions,
-    pub sweep_interval: Duration,
     pub idle_stop: Duration,
     pub dead_letter: Option<Arc<dyn DeadLetter>>,
     /// Told when the partition has been idle for `idle_stop`.
@@ -93,6 +93,22 @@ impl Workers {
                 .map(|_| actix::Arbiter::new().handle())
                 .collect(),
         )
+    }
+
+    /// Runs blocking `work` on a worker thread and answers its result; `None` when the workers
+    /// stopped.
+    pub async fn run<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> T + Send + 'static,
+    ) -> Option<T> {
+        let (answer, answered) = oneshot::channel();
+        let spawned = self.0[0].spawn_fn(move || {
+            let _ = answer.send(work());
+        });
+        if !spawned {
+            return None;
+        }
+        answered.await.ok()
     }
 
     fn for_partition(&self, id: &PartitionId) -> &actix::ArbiterHandle {
@@ -141,8 +157,6 @@ impl Usage {
 pub(crate) struct PartitionIdle {
     pub id: PartitionId,
     pub generation: u64,
-    /// When the oldest hot record becomes due for age retention, if ever.
-    pub wake_at: Option<i64>,
 }
 
 /// Sent by the registry before it stops an idle partition: commit what is queued and refuse
@@ -294,14 +308,13 @@ impl PartitionActor {
         }
     }
 
-    /// Starts the timers; their handles are kept so that a drain cancels them.
+    /// Starts the idleness check; its handle is kept so that a drain cancels it. There is no
+    /// retention timer: the registry's sweep runs retention when it is due, open or not.
     fn schedule_timers(&mut self, ctx: &mut Context<Self>) {
-        let retention =
-            ctx.run_interval(self.setup.sweep_interval, |_, ctx| ctx.notify(RunRetention));
         let every =
             (self.setup.idle_stop / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
         let idle_check = ctx.run_interval(every, |act, _| act.check_idle());
-        self.timers = vec![retention, idle_check];
+        self.timers = vec![idle_check];
     }
 
     fn check_idle(&mut self) {
@@ -313,14 +326,9 @@ impl PartitionActor {
         let Some(on_idle) = &self.setup.on_idle else {
             return;
         };
-        let wake_at = self
-            .store
-            .as_ref()
-            .and_then(|store| store.retention_due_at().ok().flatten());
         on_idle.do_send(PartitionIdle {
             id: self.setup.id.clone(),
             generation: self.setup.generation,
-            wake_at,
         });
         // Not asked again until the registry answers with `Drain` (or more work arrives).
         self.last_activity = Instant::now();

@@ -2,7 +2,7 @@
 //!
 //! - `GetBounds`: which offsets the partition can serve.
 //! - `GetLoad`: the partition's load snapshot.
-//! - `Trim` (on demand) and `RunRetention` (the timer's message): enforce retention.
+//! - `Trim` (on demand) and `RunRetention` (the registry's sweep, when due): enforce retention.
 //! - `ForgetColdBefore`: drop cold segments from the index.
 
 use actix::{Context, Handler, Message, ResponseFuture};
@@ -47,7 +47,8 @@ impl Handler<GetLoad> for PartitionActor {
 #[rtype(result = "Result<u64, Error>")]
 pub struct Trim;
 
-/// Sent by the partition's retention timer (and once at start); the outcome is logged.
+/// Sent by the registry's sweep when the partition's retention is due; answers once it ran.
+/// The outcome is logged: a failure leaves the partition due, for the next sweep.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "()")]
 pub struct RunRetention;
@@ -71,7 +72,7 @@ impl Handler<RunRetention> for PartitionActor {
         if self.retention_running.get() {
             return Box::pin(async {});
         }
-        // The timer's work is not the activity that keeps a partition from idling.
+        // The sweep's work is not the activity that keeps a partition from idling.
         let last_activity = self.last_activity;
         let trimmed = self.on_worker(ctx, |store| async move { Ok(store.trim().await?) });
         self.last_activity = last_activity;

@@ -107,6 +107,8 @@ mod tests {
             partition: Arc::new(PartitionTail {
                 key: 1,
                 tail: Default::default(),
+                retention: Default::default(),
+                due: Default::default(),
             }),
             clock: Arc::new(SystemClock),
             batches: (0..batches)

@@ -12,6 +12,7 @@ mod append;
 mod commit_queue;
 mod cursors;
 mod damage;
+mod due;
 mod error;
 mod leases;
 mod read;
@@ -31,6 +32,7 @@ use serde::Deserialize;
 pub use append::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check_batch};
 pub use cursors::GroupPosition;
 pub use damage::{AcceptError, AcceptedDamage, DamageKind, DamageMark, accept_damage};
+pub use due::{DuePartition, DuePosition};
 pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record, check_offset, page_limit, unsigned_offset};
@@ -38,6 +40,7 @@ pub use retention::{ColdFlushCounters, ColdTier, Retention};
 pub use volume::{INDEX_EVERY_ROWS, Volume};
 pub(crate) use volumes::Volumes;
 
+use due::Due;
 use volume::{Fault, PartitionTail, Tail, TrimLock};
 
 use crate::clock::{Clock, SystemClock};
@@ -208,11 +211,12 @@ impl LogStore {
         options: StoreOptions,
         create: bool,
     ) -> Result<Option<Self>, StoreError> {
-        let Some((key, tail, epoch)) = volume.shared().open_partition(topic, partition, create)?
+        let Some((key, tail, due, epoch)) =
+            volume.shared().open_partition(topic, partition, create)?
         else {
             return Ok(None);
         };
-        Ok(Some(Self::opened(volume, key, tail, epoch, options)))
+        Ok(Some(Self::opened(volume, key, (tail, due), epoch, options)))
     }
 
     /// A stand-in for a partition found in no volume while `volume` has a known loss (see
@@ -223,24 +227,27 @@ impl LogStore {
         volume.known_loss()?;
         // No `partitions` row has key 0 (SQLite's row ids start at 1).
         let epoch = volume.shared().epoch();
-        Some(Self::opened(volume, 0, Tail::default(), epoch, options))
+        let empty = (Tail::default(), Due::default());
+        Some(Self::opened(volume, 0, empty, epoch, options))
     }
 
     fn opened(
         volume: &Arc<Volume>,
         key: i64,
-        tail: Tail,
+        (tail, due): (Tail, Due),
         epoch: u64,
         options: StoreOptions,
     ) -> Self {
         Self {
             volume: volume.clone(),
             key,
-            options,
             tail: Arc::new(PartitionTail {
                 key,
                 tail: Mutex::new(tail),
+                retention: options.retention,
+                due: Mutex::new(due),
             }),
+            options,
             epoch,
             trimming: volume.shared().trim_lock(key),
             uploads_unsettled: AtomicBool::new(true),

@@ -24,7 +24,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, params};
 
+use super::due::{Due, oldest_hot, store_due_at};
 use super::segment::{self, Encoded};
+use super::volume::lock;
 use super::{Fault, LogStore, Record, StoreError, Tail};
 use crate::cold::{ColdStore, ColdStoreError, PutOutcome, SegmentKey};
 
@@ -121,6 +123,7 @@ impl LogStore {
         self.volume.shared().check_intact()?;
         let retention = self.options.retention;
         if retention.is_unlimited() && !self.may_have_unindexed_uploads() {
+            self.settle_due()?;
             return Ok(0);
         }
         // Released however this future ends: finished, failed, panicked or dropped mid-flush.
@@ -134,16 +137,36 @@ impl LogStore {
             );
         }
         if retention.is_unlimited() {
+            self.settle_due()?;
             return Ok(0);
         }
         // A pass that fails, or whose future is dropped mid-flush, may leave its segment stored
         // and unindexed: the flag says so until the passes are over.
         let settled_before = !self.uploads_unsettled.swap(true, Ordering::SeqCst);
-        let trimmed = self.trim_passes(retention).await;
-        if trimmed.is_ok() && settled_before {
+        let trimmed = self.trim_passes(retention).await?;
+        if settled_before {
             self.uploads_unsettled.store(false, Ordering::SeqCst);
         }
-        trimmed
+        // A failed trim leaves the partition due: the next sweep tries again.
+        self.settle_due()?;
+        Ok(trimmed)
+    }
+
+    /// Stores when retention is next due, from the hot window the trim left (see `due.rs`).
+    fn settle_due(&self) -> Result<(), StoreError> {
+        let shared = self.volume.shared();
+        self.write(|tx, tail| {
+            let oldest = oldest_hot(tx, self.key, shared.oldest_recent(self.key))?;
+            let mut settled = Due::of(None, oldest, *tail);
+            settled.at = settled.computed(&self.options.retention, *tail, self.now_ms());
+            let mut due = lock(&self.tail.due);
+            if settled.at != due.at {
+                store_due_at(tx, self.key, settled.at)?;
+            }
+            // Set under the writer lock, which the committer needs to read it.
+            *due = settled;
+            Ok(())
+        })
     }
 
     /// Removes the cold objects that flushes of this partition stored and never indexed (a
@@ -348,25 +371,6 @@ impl LogStore {
                 .execute(params![self.key, tail.next_offset, tail.end_bytes])?;
             Ok(deleted as u64)
         })
-    }
-
-    /// When the oldest hot record becomes due for age retention (ms since the Unix epoch), or
-    /// `None` when there is no age limit or no hot record. An idle partition is woken then.
-    ///
-    /// # Errors
-    /// A storage failure.
-    pub fn retention_due_at(&self) -> Result<Option<i64>, StoreError> {
-        let Some(max_age_ms) = self.options.retention.max_age_ms else {
-            return Ok(None);
-        };
-        let view = self.recent_view(0, 1);
-        let oldest: Option<i64> = self.snapshot(|tx| {
-            Ok(self
-                .hot_records(tx, &view, 0, 1)?
-                .first()
-                .map(|record| record.appended_at))
-        })?;
-        Ok(oldest.map(|appended_at| appended_at.saturating_add(max_age_ms as i64)))
     }
 
     /// Forgets the cold segments that end below `before` (their objects are left to the cold

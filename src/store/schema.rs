@@ -126,6 +126,15 @@ const MIGRATIONS: &[&str] = &[
     ALTER TABLE leases RENAME COLUMN consumer TO group_name;
     ALTER TABLE allocations RENAME COLUMN consumer TO group_name;
     ",
+    // 5: when each partition's retention is due, for sweeps that read only what is due.
+    "
+    -- ms since the Unix epoch; NULL when nothing can come due without another append. Written
+    -- by commits that make it due sooner and by trims (see `due.rs`).
+    ALTER TABLE partitions ADD COLUMN due_at INTEGER;
+    CREATE INDEX partitions_by_due_at ON partitions (due_at) WHERE due_at IS NOT NULL;
+    -- Earlier volumes kept no due times: each of their partitions is looked at once.
+    UPDATE partitions SET due_at = 0;
+    ",
 ];
 
 /// The schema version this program writes.

@@ -29,6 +29,8 @@ use rusqlite::{
 use super::append::{AppendOutcome, AppendRejection, NewRecord, record_checksum};
 use super::commit_queue::{CommitQueue, Next};
 use super::damage::{self, DamageKind, DamageMark};
+use super::due::{Due, oldest_hot, store_due_at};
+use super::retention::Retention;
 use super::{StoreError, SyncMode, schema};
 use crate::clock::Clock;
 
@@ -67,7 +69,7 @@ pub(super) enum Fault {
 /// The log's end: the offset the next record gets and the running total of appended bytes.
 /// Kept in memory, shared by the partition's store and the committer (which alone moves it),
 /// so an append reads nothing before inserting.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct Tail {
     pub next_offset: u64,
     pub end_bytes: u64,
@@ -79,6 +81,11 @@ pub(super) struct PartitionTail {
     /// The partition's key in the volume (`partitions.id`).
     pub key: i64,
     pub tail: Mutex<Tail>,
+    /// The partition's retention limits, by which a commit tells when it becomes due.
+    pub retention: Retention,
+    /// When its retention is due, and where its hot window starts; moved under the writer
+    /// lock, by commits and trims.
+    pub due: Mutex<Due>,
 }
 
 impl PartitionTail {
@@ -593,9 +600,10 @@ impl Shared {
         result
     }
 
-    /// Finds a partition (adding it if `create`) and loads where its log ends, under one hold
-    /// of the writer lock: an open waits for at most one commit. Recovers a poisoned volume
-    /// first. Answers the partition's key, its log end, and the epoch it was opened under.
+    /// Finds a partition (adding it if `create`) and loads where its log ends and when its
+    /// retention is due, under one hold of the writer lock: an open waits for at most one
+    /// commit. Recovers a poisoned volume first. Answers the partition's key, its log end, its
+    /// due state, and the epoch it was opened under.
     ///
     /// Adding a partition is not synced on its own: the partition's first durable write syncs
     /// it (the WAL is written in order), and a partition that never got one may as well be
@@ -605,7 +613,7 @@ impl Shared {
         topic: &str,
         partition: u32,
         create: bool,
-    ) -> Result<Option<(i64, Tail, u64)>, StoreError> {
+    ) -> Result<Option<(i64, Tail, Due, u64)>, StoreError> {
         let mut writer = lock(&self.writer);
         if self.poisoned.load(Ordering::SeqCst) {
             self.recover(&mut writer)?;
@@ -630,18 +638,19 @@ impl Shared {
                 }
                 None => return Ok(None),
             };
-            let tail = self.load_tail(&writer.conn, key)?;
-            Ok(Some((key, tail, self.epoch())))
+            let (tail, due) = self.load_tail(&writer.conn, key)?;
+            Ok(Some((key, tail, due, self.epoch())))
         })();
         opened.map_err(|err| self.classify(err))
     }
 
     /// Where a partition's log ends, from its newest record (indexed or recent) or else its
-    /// `partitions` row. Called under the writer lock, so no index pass moves records meanwhile.
-    fn load_tail(&self, conn: &Connection, key: i64) -> Result<Tail, StoreError> {
-        let (mut next_offset, mut end_bytes): (u64, u64) = conn
-            .prepare_cached("SELECT next_offset, end_bytes FROM partitions WHERE id = ?1")?
-            .query_row([key], |row| Ok((row.get(0)?, row.get(1)?)))?;
+    /// `partitions` row, and its due state (see [`Due`]). Called under the writer lock, so no
+    /// index pass moves records meanwhile.
+    fn load_tail(&self, conn: &Connection, key: i64) -> Result<(Tail, Due), StoreError> {
+        let (mut next_offset, mut end_bytes, due_at): (u64, u64, Option<i64>) = conn
+            .prepare_cached("SELECT next_offset, end_bytes, due_at FROM partitions WHERE id = ?1")?
+            .query_row([key], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
         let newest: Option<(u64, u64)> = match self.newest_recent(key) {
             Some((offset, seq)) => conn
                 .prepare_cached("SELECT end_bytes FROM records WHERE seq = ?1")?
@@ -660,10 +669,12 @@ impl Shared {
             next_offset = next_offset.max(offset + 1);
             end_bytes = end_bytes.max(end);
         }
-        Ok(Tail {
+        let tail = Tail {
             next_offset,
             end_bytes,
-        })
+        };
+        let oldest = oldest_hot(conn, key, self.oldest_recent(key))?;
+        Ok((tail, Due::of(due_at, oldest, tail)))
     }
 
     /// Runs `work` in one transaction that is not synced on its own (the next durable commit
@@ -916,6 +927,7 @@ impl Shared {
                     let staged = staged.entry(key).or_insert_with(|| Staged {
                         partition: request.partition.clone(),
                         tail: request.partition.get(),
+                        due: *lock(&request.partition.due),
                         pending: 0,
                         rows: Vec::new(),
                         keys: HashMap::new(),
@@ -926,16 +938,24 @@ impl Shared {
                     for (batch, rejection) in &request.batches {
                         answers.push(match rejection {
                             Some(rejection) => AppendOutcome::Rejected(rejection.clone()),
-                            None => AppendOutcome::Appended {
-                                offsets: self.insert_batch(
+                            None => {
+                                let before = staged.tail;
+                                let offsets = self.insert_batch(
                                     &tx,
                                     &mut insert,
                                     staged,
                                     &mut last_seq,
                                     batch,
                                     appended_at,
-                                )?,
-                            },
+                                )?;
+                                staged.due = staged.due.after_append(
+                                    &staged.partition.retention,
+                                    before,
+                                    staged.tail,
+                                    appended_at,
+                                );
+                                AppendOutcome::Appended { offsets }
+                            }
                         });
                     }
                     outcomes.push(answers);
@@ -946,6 +966,10 @@ impl Shared {
             for staged in staged.values_mut() {
                 staged.pending =
                     pending_deliveries(&tx, staged.partition.key, staged.tail.next_offset)?;
+                // Written only when these records make retention due sooner (see `due.rs`).
+                if staged.due.at != lock(&staged.partition.due).at {
+                    store_due_at(&tx, staged.partition.key, staged.due.at)?;
+                }
             }
             self.injected_fault(Fault::BeforeCommit)?;
             tx.commit()?;
@@ -969,6 +993,7 @@ impl Shared {
                 // new end finds every record below it.
                 for staged in staged.values() {
                     *lock(&staged.partition.tail) = staged.tail;
+                    *lock(&staged.partition.due) = staged.due;
                 }
                 for (request, outcomes) in group.into_iter().zip(outcomes) {
                     let pending = staged[&request.partition.key].pending;
@@ -1112,6 +1137,7 @@ pub(super) fn write_high_water(path: &Path, seq: i64) -> std::io::Result<()> {
 struct Staged {
     partition: Arc<PartitionTail>,
     tail: Tail,
+    due: Due,
     /// The partition's backlog after the commit (see [`pending_deliveries`]).
     pending: u64,
     rows: Vec<(u64, i64)>,

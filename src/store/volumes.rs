@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{LogStore, StoreError, StoreOptions, SyncMode, Volume};
+use super::{DuePartition, DuePosition, LogStore, StoreError, StoreOptions, SyncMode, Volume};
 use crate::error_code::with_causes;
 use crate::names::{PartitionId, validate_topic};
 
@@ -178,21 +178,23 @@ impl Volumes {
             .filter(|volume| volume.known_loss().is_some())
     }
 
-    /// Every stored partition, but those of volumes that lost commits (whose retention cannot
-    /// run). Blocks on SQLite.
+    /// Up to `limit` partitions of volume `volume` whose retention is due at `now`, after
+    /// `after` (see [`Volume::due`]); none from a volume that is damaged (never written) or
+    /// could not be opened. Blocks on SQLite.
     ///
     /// # Errors
     /// A storage failure.
-    pub(crate) fn partitions(&self) -> Result<Vec<PartitionId>, StoreError> {
-        let mut found = Vec::new();
-        let intact = self.volumes.iter().flatten();
-        for volume in intact.filter(|volume| volume.known_loss().is_none()) {
-            let partitions = volume.partitions()?.into_iter();
-            found.extend(
-                partitions.filter_map(|(_, topic, index)| PartitionId::new(&topic, index).ok()),
-            );
+    pub(crate) fn due(
+        &self,
+        volume: usize,
+        now: i64,
+        after: DuePosition,
+        limit: usize,
+    ) -> Result<Vec<DuePartition>, StoreError> {
+        match self.volumes.get(volume) {
+            Some(Some(volume)) if volume.damage().is_none() => volume.due(now, after, limit),
+            _ => Ok(Vec::new()),
         }
-        Ok(found)
     }
 
     /// Closes every volume (see [`Volume::close`]), logging failures. Blocks until each

@@ -15,5 +15,6 @@ mod leases;
 mod metrics;
 mod openapi;
 mod retention;
+mod retention_sweep;
 mod server;
 mod store;

@@ -1,0 +1,108 @@
+//! The retention sweep: every sweep interval, each volume is asked which partitions' retention
+//! is due ([`Volume::due`](crate::store::Volume::due), a range of an index, so the cost follows
+//! the partitions due, not those stored), and their retention runs, a few at a time: open,
+//! closed as idle, closed for room, or untouched since a restart. Nothing is scheduled per
+//! partition; a restart schedules nothing at all.
+//!
+//! A partition not open is opened for its retention (closing the least recently used one if
+//! `max_open` are open) and closes again when idle. A run that fails leaves the partition due,
+//! so the next sweep tries it again.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use actix::{Addr, WeakAddr};
+use futures_util::StreamExt;
+
+use crate::clock::Clock;
+use crate::names::PartitionId;
+use crate::partition::{RunRetention, Workers};
+use crate::registry::{Locate, PartitionCounters, PartitionRegistry};
+use crate::store::{DuePartition, DuePosition, Volumes};
+
+/// Due partitions read from a volume at a time.
+const PAGE: usize = 256;
+
+/// One sweep over every volume. See the module docs.
+pub(crate) struct Sweep {
+    pub registry: WeakAddr<PartitionRegistry>,
+    pub volumes: Arc<Volumes>,
+    pub clock: Arc<dyn Clock>,
+    pub workers: Workers,
+    pub counters: Arc<PartitionCounters>,
+    /// Retention runs at once, at most.
+    pub concurrency: usize,
+}
+
+impl Sweep {
+    /// Runs the retention of every partition due now, volume by volume, page by page: each
+    /// page is read once, so a partition that stays due (its run failed) waits for the next
+    /// sweep rather than being tried again at once.
+    pub async fn run(self) {
+        let now = self.clock.now_ms();
+        for volume in 0..self.volumes.count() {
+            let mut after = DuePosition::START;
+            loop {
+                let volumes = self.volumes.clone();
+                let page = self
+                    .workers
+                    .run(move || volumes.due(volume, now, after, PAGE))
+                    .await;
+                let page = match page {
+                    Some(Ok(page)) => page,
+                    Some(Err(err)) => {
+                        log::warn!("volume {volume}: cannot list the partitions due: {err}");
+                        break;
+                    }
+                    None => return,
+                };
+                let Some(last) = page.last() else { break };
+                after = last.position;
+                let full = page.len() == PAGE;
+                futures_util::stream::iter(page)
+                    .for_each_concurrent(self.concurrency, |due| self.run_retention(due))
+                    .await;
+                if !full {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Opens a due partition (if it is not open) and runs its retention.
+    async fn run_retention(&self, due: DuePartition) {
+        let Some(registry) = self.registry.upgrade() else {
+            return;
+        };
+        let Ok(id) = PartitionId::new(&due.topic, due.partition) else {
+            return;
+        };
+        let Some(partition) = locate(&registry, &id).await else {
+            return;
+        };
+        if partition.send(RunRetention).await.is_ok() {
+            self.counters.retention_runs.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The running actor of a stored partition, opening it if needed.
+async fn locate(
+    registry: &Addr<PartitionRegistry>,
+    id: &PartitionId,
+) -> Option<Addr<crate::partition::PartitionActor>> {
+    let located = registry
+        .send(Locate {
+            id: id.clone(),
+            create: false,
+        })
+        .await;
+    match located {
+        Ok(Ok(partition)) => partition,
+        Ok(Err(err)) => {
+            log::warn!("partition {id}: cannot open it to run its retention: {err}");
+            None
+        }
+        Err(_) => None,
+    }
+}
