@@ -121,6 +121,8 @@ pub struct Config {
     pub leases: LeaseSettings,
     /// `[partitions]`: partition actor lifecycle.
     pub partitions: PartitionSettings,
+    /// `[metrics]`: what `GET /metrics` shows.
+    pub metrics: MetricsSettings,
     /// `[topics.<name>]`: per-topic settings, already merged over the global sections.
     pub topics: BTreeMap<String, TopicSettings>,
 }
@@ -265,6 +267,15 @@ pub struct PartitionSettings {
     /// Most partitions open at once; opening one more first closes the least recently used
     /// one with nothing in flight. 0: derived from the machine's memory at start. Default: 0.
     pub max_open: usize,
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Topics with series of their own, the first seen since the server started; the counts
+    /// of later ones are summed under `topic="(other)"`. Default: 1,000.
+    pub max_topics: usize,
 }
 
 /// Open partitions allowed per MiB of the machine's memory when `partitions.max_open` is 0.

@@ -174,7 +174,7 @@ async fn serve(config: Config) -> std::io::Result<()> {
     warn_if_cold_store_unreachable(&config).await;
     let served = log.clone();
     // One set of metrics for every worker, so a scrape sees the whole server.
-    let metrics = http::metrics::Metrics::new(log.cold_flushes(), log.partition_counters());
+    let metrics = http::metrics::Metrics::for_log(&log);
     let server = HttpServer::new(move || {
         App::new()
             .wrap(Logger::new(ACCESS_LOG_FORMAT).log_target(ACCESS_LOG_TARGET))

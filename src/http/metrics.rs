@@ -13,18 +13,22 @@ use actix_web::http::Method;
 use actix_web::middleware::Next;
 use actix_web::{HttpResponse, web};
 
-use super::HttpState;
+use super::{ApiError, HttpState};
+use crate::error::Error;
 
 /// The media type of the Prometheus text format.
 const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// `GET /metrics`: every metric in the Prometheus text format, with the consumer-lag and lease
-/// gauges refreshed from the log first.
-pub async fn metrics(state: web::Data<HttpState>) -> HttpResponse {
+/// gauges refreshed from the log first. Rendered on the blocking pool, so a scrape never holds
+/// an HTTP worker (and the `/healthz` behind it) for its length.
+pub async fn metrics(state: web::Data<HttpState>) -> Result<HttpResponse, ApiError> {
     state.metrics.refresh(&state.log).await;
-    HttpResponse::Ok()
-        .content_type(TEXT_FORMAT)
-        .body(state.metrics.render())
+    let metrics = state.metrics.clone();
+    let text = web::block(move || metrics.render()).await.map_err(|err| {
+        Error::unavailable(None, "the metrics cannot be rendered", Some(err.into()))
+    })?;
+    Ok(HttpResponse::Ok().content_type(TEXT_FORMAT).body(text))
 }
 
 /// Times every request it wraps, rejected ones included, into

@@ -97,7 +97,7 @@ impl HttpState {
     /// The state for serving `log` with its configuration's `[server]` settings, counting into
     /// fresh [`Metrics`].
     pub fn new(log: Log) -> Self {
-        let metrics = Metrics::new(log.cold_flushes(), log.partition_counters());
+        let metrics = Metrics::for_log(&log);
         Self::with_metrics(log, metrics)
     }
 
@@ -131,7 +131,7 @@ impl HttpState {
 /// Each call counts into its own [`Metrics`]; an `HttpServer`, which calls its app factory
 /// once per worker, shares one through [`service_with_metrics`].
 pub fn service(log: Log) -> impl FnOnce(&mut web::ServiceConfig) {
-    let metrics = Metrics::new(log.cold_flushes(), log.partition_counters());
+    let metrics = Metrics::for_log(&log);
     service_with_metrics(log, metrics)
 }
 

@@ -164,20 +164,22 @@ impl Log {
             .unwrap_or(0))
     }
 
-    /// The groups of every open partition, read from their stores directly, not through their
-    /// actors: asking never opens a partition nor keeps one from stopping (a closed one has
-    /// been idle, so its groups did not move). A partition that cannot be read is left out
-    /// (and logged).
+    /// The groups of every open partition of the topics `wanted` accepts, read from their
+    /// stores directly, not through their actors: asking never opens a partition nor keeps one
+    /// from stopping (a closed one has been idle, so its groups did not move). A partition that
+    /// cannot be read is left out (and logged).
     ///
     /// # Errors
     /// `unavailable` when the registry or the blocking pool is gone.
     pub async fn open_group_positions(
         &self,
+        wanted: impl Fn(&str) -> bool + Send + 'static,
     ) -> Result<Vec<(PartitionId, Vec<GroupPosition>)>, Error> {
         let stores = self.open_stores().await?;
         let read = move || {
             stores
                 .into_iter()
+                .filter(|(id, _)| wanted(id.topic()))
                 .filter_map(|(id, store)| match store.group_positions() {
                     Ok(groups) => Some((id, groups)),
                     Err(err) => {

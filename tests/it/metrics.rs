@@ -359,3 +359,46 @@ async fn damaged_volumes_show_by_kind() {
     );
     assert!(!text.contains(r#"volume="2""#), "{text}");
 }
+
+/// With 10⁴ topics and `max_topics = 100`, the per-topic families have 101 series each (the
+/// first 100 topics, and the rest summed under `(other)`), and only topics with series of
+/// their own have lag series; the scrape's size does not follow the topics. Each topic used
+/// to keep two series for ever.
+#[actix::test]
+async fn series_stay_within_the_bound_whatever_the_topics() {
+    const TOPICS: usize = 10_000;
+    const MAX_TOPICS: usize = 100;
+    let log = TestLog::with(|config| config.metrics.max_topics = MAX_TOPICS);
+    let app =
+        test::init_service(App::new().configure(durability::http::service(log.log.clone()))).await;
+    for topic in 0..TOPICS {
+        let uri = format!("/topics/t{topic}/partitions/0/records");
+        expect!(app, Method::POST, &uri, Some(json!([{"payload": 1}])), 202);
+    }
+    // A group on a topic with series of its own, and one on a topic past the bound.
+    log.log.commit("t0", 0, "audit", 1).await.unwrap();
+    log.log.commit("t9999", 0, "audit", 1).await.unwrap();
+
+    let text = scrape!(app);
+    let series = |name: &str| {
+        text.lines()
+            .filter(|line| line.starts_with(&format!("{name}{{")))
+            .count()
+    };
+    assert_eq!(series("durability_appended_records_total"), MAX_TOPICS + 1);
+    assert_eq!(series("durability_appended_bytes_total"), MAX_TOPICS + 1);
+    assert_sample(&text, r#"durability_appended_records_total{topic="t0"} 1"#);
+    assert_sample(
+        &text,
+        &format!(
+            r#"durability_appended_records_total{{topic="(other)"}} {}"#,
+            TOPICS - MAX_TOPICS
+        ),
+    );
+    assert_sample(
+        &text,
+        r#"durability_consumer_lag{group="audit",partition="0",topic="t0"} 0"#,
+    );
+    assert!(!text.contains(r#"topic="t9999""#), "{text}");
+    assert!(text.len() < 64 * 1024, "{} bytes", text.len());
+}

@@ -12,6 +12,12 @@
 //!   [`ColdFlushCounters`] shared by every partition (the store knows nothing of HTTP), copied
 //!   in by [`Metrics::render`].
 //!
+//! The number of series has a bound that does not follow the topics or partitions stored:
+//! the first `[metrics] max_topics` topics seen since the server started get series of their
+//! own; the counts of every later topic are summed under `topic="(other)"` (a label no topic
+//! can have), and their groups get no lag or lease series (summing them would mean reading
+//! every open partition at each scrape). Memory is bounded the same way.
+//!
 //! | metric | type | labels |
 //! | --- | --- | --- |
 //! | `durability_appended_records_total` | counter | `topic` |
@@ -26,6 +32,7 @@
 //! | `durability_partitions_opened_total`, `durability_partitions_closed_total` | counter | |
 //! | `durability_partitions_closed_for_room_total` | counter (closed under `max_open`) | |
 //! | `durability_overloaded_total` | counter (requests answered `overloaded`) | |
+//! | `durability_retention_runs_total` | counter (retention runs of due partitions by the sweep) | |
 //! | `durability_damaged_volumes` | gauge (1 for each damaged volume; see the README's Guarantees) | `volume`, `kind` (`malformed`, `lost`, `unopenable`) |
 //! | `process_open_fds`, `process_threads`, `process_resident_memory_bytes`, ... | the process's own figures (Linux) | |
 
@@ -62,6 +69,7 @@ struct Inner {
     partitions_closed: IntCounter,
     partitions_closed_for_room: IntCounter,
     overloaded: IntCounter,
+    retention_runs: IntCounter,
     damaged_volumes: IntGaugeVec,
     /// The stores' own counts, copied into `cold_flushes` at render time.
     flush_counters: Arc<ColdFlushCounters>,
@@ -83,15 +91,27 @@ impl std::fmt::Debug for Metrics {
 const LONG_BUCKETS: [f64; 3] = [20.0, 40.0, 60.0];
 
 impl Metrics {
+    /// Fresh metrics for `log`'s server: [`Metrics::new`] with its counters and its
+    /// `[metrics] max_topics`.
+    pub fn for_log(log: &Log) -> Self {
+        Self::new(
+            log.cold_flushes(),
+            log.partition_counters(),
+            log.config().metrics.max_topics,
+        )
+    }
+
     /// Fresh metrics, all zero, reading cold flushes from `flush_counters`
     /// ([`Log::cold_flushes`]) and partitions opened and closed from `partition_counters`
-    /// ([`Log::partition_counters`]).
+    /// ([`Log::partition_counters`]), with series of their own for at most `max_topics`
+    /// topics (see the module docs).
     ///
     /// # Panics
     /// Never in practice: it only registers fixed, valid metric names in a new registry.
     pub fn new(
         flush_counters: Arc<ColdFlushCounters>,
         partition_counters: Arc<PartitionCounters>,
+        max_topics: usize,
     ) -> Self {
         let registry = Registry::new();
         #[cfg(target_os = "linux")]
@@ -102,7 +122,7 @@ impl Metrics {
             .expect("the process collector is registered once in a fresh registry");
         let counter = |name: &str, help: &str| register(&registry, IntCounter::new(name, help));
         let inner = Inner {
-            topics: register(&registry, Ok(TopicCounters::default())),
+            topics: register(&registry, Ok(TopicCounters::new(max_topics))),
             groups: register(&registry, Ok(GroupPositions::default())),
             cold_flushes: register(
                 &registry,
@@ -158,6 +178,10 @@ impl Metrics {
                 "durability_overloaded_total",
                 "Requests answered overloaded: every open partition was busy.",
             ),
+            retention_runs: counter(
+                "durability_retention_runs_total",
+                "Retention runs of partitions the sweep found due.",
+            ),
             damaged_volumes: register(
                 &registry,
                 Ok(gauges(
@@ -199,11 +223,12 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    /// Refreshes the consumer-lag and lease gauges of the open partitions from `log`. A
-    /// scrape reads their stores directly: it never opens a partition nor keeps one from
-    /// stopping. A stopped partition keeps the values it showed last (nothing changes them
-    /// while it is stopped); after a restart, its series come back when it is next opened. A
-    /// partition that cannot be read keeps its previous values (and is logged).
+    /// Refreshes the consumer-lag and lease gauges of the open partitions of the topics with
+    /// series of their own from `log`. A scrape reads their stores directly: it never opens a
+    /// partition nor keeps one from stopping. A stopped partition keeps the values it showed
+    /// last (nothing changes them while it is stopped); after a restart, its series come back
+    /// when it is next opened. A partition that cannot be read keeps its previous values (and
+    /// is logged).
     pub async fn refresh(&self, log: &Log) {
         let damaged = log.damaged_volumes();
         {
@@ -216,7 +241,11 @@ impl Metrics {
                     .set(1);
             }
         }
-        match log.open_group_positions().await {
+        let topics = self.inner.topics.clone();
+        match log
+            .open_group_positions(move |topic| topics.admit(topic))
+            .await
+        {
             Ok(partitions) => {
                 let _scrape = self.lock();
                 for (id, groups) in partitions {
@@ -247,6 +276,7 @@ impl Metrics {
             partitions.closed_for_room(),
         );
         catch_up(&self.inner.overloaded, partitions.overloaded());
+        catch_up(&self.inner.retention_runs, partitions.retention_runs());
         self.inner.open_partitions.set(gauge(partitions.open()));
         self.inner.partition_actors.set(gauge(partitions.actors()));
         TextEncoder::new()
@@ -266,27 +296,43 @@ impl Metrics {
     }
 }
 
+/// The `topic` label under which the topics past `max_topics` are summed: parentheses are
+/// not allowed in topic names, so it is never a topic's own.
+const OTHER_TOPICS: &str = "(other)";
+
 /// The per-topic counters, kept compact because a node may serve a topic per tenant: one map
 /// entry of three numbers per topic (about 80 bytes, where a labelled counter of the
-/// `prometheus` crate takes several hundred), turned into counter families only while a
-/// scrape renders them.
+/// `prometheus` crate takes several hundred), for at most `max_topics` topics, turned into
+/// counter families only while a scrape renders them.
 #[derive(Clone)]
 struct TopicCounters {
-    /// Appended records, appended payload bytes and records read, per topic.
-    counts: Arc<Mutex<HashMap<Box<str>, [u64; 3]>>>,
+    counts: Arc<Mutex<Counts>>,
+    max_topics: usize,
     /// The families, empty: what [`Collector::desc`] describes, and the template each scrape
     /// fills.
     families: [IntCounterVec; 3],
 }
 
-impl Default for TopicCounters {
-    fn default() -> Self {
+/// Appended records, appended payload bytes and records read.
+type Three = [u64; 3];
+
+#[derive(Default)]
+struct Counts {
+    /// The topics with series of their own, the first `max_topics` seen.
+    by_topic: HashMap<Box<str>, Three>,
+    /// Every other topic's, summed.
+    other: Three,
+}
+
+impl TopicCounters {
+    fn new(max_topics: usize) -> Self {
         let family = |name: &str, help: &str| {
             IntCounterVec::new(Opts::new(name, help), &["topic"])
                 .expect("metric names and labels are valid")
         };
         Self {
             counts: Arc::default(),
+            max_topics,
             families: [
                 family(
                     "durability_appended_records_total",
@@ -303,21 +349,40 @@ impl Default for TopicCounters {
             ],
         }
     }
-}
 
-impl TopicCounters {
-    fn add(&self, topic: &str, amounts: [u64; 3]) {
-        let mut counts = self
-            .counts
+    fn lock(&self) -> MutexGuard<'_, Counts> {
+        self.counts
             .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        let counts = match counts.get_mut(topic) {
-            Some(counts) => counts,
-            None => counts.entry(topic.into()).or_default(),
+            .unwrap_or_else(|poison| poison.into_inner())
+    }
+
+    fn add(&self, topic: &str, amounts: Three) {
+        let mut counts = self.lock();
+        let room = counts.by_topic.len() < self.max_topics;
+        let counts = &mut *counts;
+        let counts = if let Some(counts) = counts.by_topic.get_mut(topic) {
+            counts
+        } else if room {
+            counts.by_topic.entry(topic.into()).or_default()
+        } else {
+            &mut counts.other
         };
         for (count, amount) in counts.iter_mut().zip(amounts) {
             *count += amount;
         }
+    }
+
+    /// Whether `topic` has series of its own, giving it them if there is room.
+    fn admit(&self, topic: &str) -> bool {
+        let mut counts = self.lock();
+        if counts.by_topic.contains_key(topic) {
+            return true;
+        }
+        let room = counts.by_topic.len() < self.max_topics;
+        if room {
+            counts.by_topic.insert(topic.into(), Three::default());
+        }
+        room
     }
 }
 
@@ -333,11 +398,13 @@ impl Collector for TopicCounters {
             IntCounterVec::new(Opts::new(&desc.fq_name, &desc.help), &["topic"])
                 .expect("metric names and labels are valid")
         });
-        let counts = self
-            .counts
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
-        for (topic, counts) in counts.iter() {
+        let counts = self.lock();
+        let other = (OTHER_TOPICS, &counts.other);
+        let topics = counts
+            .by_topic
+            .iter()
+            .map(|(topic, counts)| (&**topic, counts));
+        for (topic, counts) in topics.chain([other]) {
             for (family, &count) in families.iter().zip(counts) {
                 // A topic only read, or only written, shows no series for the other side.
                 if count > 0 {
@@ -487,6 +554,7 @@ mod tests {
         let metrics = Metrics::new(
             Arc::new(ColdFlushCounters::default()),
             Arc::new(PartitionCounters::default()),
+            100,
         );
         metrics.appended("events", 3, 42);
         metrics.records_read("events", 2);
@@ -521,6 +589,7 @@ mod tests {
         let metrics = Metrics::new(
             Arc::new(ColdFlushCounters::default()),
             Arc::new(PartitionCounters::default()),
+            100,
         );
         metrics.records_read("nothing-here", 0);
         assert!(!metrics.render().contains("nothing-here"));
@@ -533,6 +602,7 @@ mod tests {
         let metrics = Metrics::new(
             Arc::new(ColdFlushCounters::default()),
             Arc::new(PartitionCounters::default()),
+            100,
         );
         let id = PartitionId::new("events", 0).unwrap();
         let group = |name: &str, lag, leases| GroupPosition {
@@ -581,6 +651,7 @@ mod tests {
         let metrics = Metrics::new(
             Arc::new(ColdFlushCounters::default()),
             Arc::new(PartitionCounters::default()),
+            100,
         );
         metrics.request("GET", "/poll", 200, Duration::from_millis(MAX_WAIT_MS + 50));
         let text = metrics.render();
