@@ -414,6 +414,26 @@ impl Config {
             })
     }
 
+    /// The retention limits of every topic, as one text that changes when any of them does
+    /// (how often they are enforced aside): due times computed under other limits are
+    /// reviewed.
+    pub fn retention_limits(&self) -> String {
+        let limits = |retention: &RetentionSettings| {
+            let RetentionSettings {
+                max_age_ms,
+                max_records,
+                max_bytes,
+                sweep_interval_ms: _,
+            } = retention;
+            format!("{max_age_ms}/{max_records}/{max_bytes}")
+        };
+        let mut text = format!("*={}", limits(&self.retention));
+        for (topic, settings) in &self.topics {
+            text.push_str(&format!(" {topic}={}", limits(&settings.retention)));
+        }
+        text
+    }
+
     /// How often retention sweeps look for due partitions: the shortest `sweep_interval_ms` of
     /// the global section and every topic's.
     pub fn sweep_interval(&self) -> std::time::Duration {

@@ -70,6 +70,11 @@ impl LogBuilder {
         let storage = &config.storage;
         let volumes = Volumes::open(&storage.data_dir, storage.volumes, storage.sync)
             .map_err(|err| Error::unavailable(None, err.to_string(), None))?;
+        volumes
+            .review_due_times(&config.retention_limits())
+            .map_err(|err| {
+                Error::unavailable(None, "cannot review the due times", Some(err.into()))
+            })?;
         let volumes = Arc::new(volumes);
         let clock = self.clock;
         let custom = self.dead_letter;

@@ -168,6 +168,42 @@ impl Volume {
     }
 }
 
+impl Volume {
+    /// Makes every partition with hot records due at once if the retention limits changed
+    /// since the due times were computed (`limits` describes the limits in force, and is
+    /// recorded), so that a lowered limit reaches partitions nobody touches. Costs one pass
+    /// over the hot records' index, only when the limits changed. A damaged volume is left as
+    /// it is (it is never written). Answers whether the limits changed.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn review_due_times(&self, limits: &str) -> Result<bool, StoreError> {
+        let shared = self.shared();
+        if self.damage().is_some() {
+            return Ok(false);
+        }
+        shared.write(shared.epoch(), |tx| {
+            let recorded: Option<String> = tx
+                .prepare_cached("SELECT limits FROM due_limits WHERE id = 1")?
+                .query_row([], |row| row.get(0))
+                .optional()?;
+            if recorded.as_deref() == Some(limits) {
+                return Ok(false);
+            }
+            tx.prepare_cached(
+                "UPDATE partitions SET due_at = 0 WHERE id IN (
+                     SELECT partition FROM record_index
+                     UNION SELECT partition FROM records
+                           WHERE seq > (SELECT through_seq FROM indexed WHERE id = 1))",
+            )?
+            .execute([])?;
+            tx.prepare_cached("INSERT OR REPLACE INTO due_limits (id, limits) VALUES (1, ?1)")?
+                .execute([limits])?;
+            Ok(true)
+        })
+    }
+}
+
 impl Shared {
     fn due(
         &self,
@@ -238,6 +274,34 @@ mod tests {
         let unlimited = Retention::default();
         let kept = empty.after_append(&unlimited, end(0, 0), end(1, 101), 7);
         assert_eq!(kept.at, None);
+    }
+
+    /// A volume from before due times were kept makes each partition with hot records due
+    /// once, and no other: one with records is listed, one emptied by retention is not.
+    #[test]
+    fn an_earlier_volume_makes_its_partitions_with_records_due_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(Volume::file_name(0));
+        {
+            let conn = Connection::open(&path).unwrap();
+            for sql in &super::super::schema::MIGRATIONS[..4] {
+                conn.execute_batch(sql).unwrap();
+            }
+            conn.pragma_update(None, "user_version", 4).unwrap();
+            conn.execute_batch(
+                "INSERT INTO partitions (id, topic, partition, next_offset) VALUES
+                     (1, 'kept', 0, 0), (2, 'emptied', 0, 5);
+                 INSERT INTO records (seq, partition, offset, payload, bytes, end_bytes, appended_at)
+                     VALUES (1, 1, 0, '1', 1, 1, 0);",
+            )
+            .unwrap();
+        }
+        let volume = Volume::open(&path, crate::store::SyncMode::Normal).unwrap();
+        assert!(volume.review_due_times("*=1/0/0").unwrap());
+        let due = volume.due(1, DuePosition::START, 10).unwrap();
+        let topics: Vec<&str> = due.iter().map(|due| due.topic.as_str()).collect();
+        assert_eq!(topics, ["kept"]);
+        assert!(!volume.review_due_times("*=1/0/0").unwrap(), "same limits");
     }
 
     /// What a trim leaves is due at its oldest record's age limit, or never when it is empty.

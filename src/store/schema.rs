@@ -16,7 +16,7 @@ use super::StoreError;
 
 /// Migrations in order; index `i` moves a volume from version `i` to `i + 1`. Never edit a
 /// released entry: append a new one.
-const MIGRATIONS: &[&str] = &[
+pub(super) const MIGRATIONS: &[&str] = &[
     // 1: partitions, records and their background indexes, cursors, segments, leases.
     "
     -- Every partition stored in this volume, and where its log ends when no hot record says so
@@ -132,8 +132,12 @@ const MIGRATIONS: &[&str] = &[
     -- by commits that make it due sooner and by trims (see `due.rs`).
     ALTER TABLE partitions ADD COLUMN due_at INTEGER;
     CREATE INDEX partitions_by_due_at ON partitions (due_at) WHERE due_at IS NOT NULL;
-    -- Earlier volumes kept no due times: each of their partitions is looked at once.
-    UPDATE partitions SET due_at = 0;
+    -- The retention limits the due times were computed under. Under other limits (or none
+    -- recorded: an earlier volume), every partition with hot records is made due once.
+    CREATE TABLE due_limits (
+        id     INTEGER PRIMARY KEY CHECK (id = 1),
+        limits TEXT    NOT NULL
+    );
     ",
 ];
 

@@ -178,6 +178,24 @@ impl Volumes {
             .filter(|volume| volume.known_loss().is_some())
     }
 
+    /// Reviews every volume's due times under the retention limits `limits` (see
+    /// [`Volume::review_due_times`]). Blocks on SQLite.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub(crate) fn review_due_times(&self, limits: &str) -> Result<(), StoreError> {
+        for volume in self.volumes.iter().flatten() {
+            if volume.review_due_times(limits)? {
+                log::info!(
+                    "{}: the retention limits changed: every partition with hot records runs \
+                     its retention once",
+                    volume.path().display()
+                );
+            }
+        }
+        Ok(())
+    }
+
     /// Up to `limit` partitions of volume `volume` whose retention is due at `now`, after
     /// `after` (see [`Volume::due`]); none from a volume that is damaged (never written) or
     /// could not be opened. Blocks on SQLite.

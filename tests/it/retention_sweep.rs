@@ -117,3 +117,37 @@ async fn a_restart_runs_retention_only_where_it_is_due() {
     assert_eq!(t.log.bounds("kept-0", 0).await.unwrap().hot_offset, 0);
     t.log.shutdown().await.unwrap();
 }
+
+/// Retention limits lowered across a restart reach the partitions nobody touches: their due
+/// times were computed under the old limits, so the restart makes every partition with hot
+/// records due once, and the sweep trims them to the new limits.
+#[actix::test]
+async fn lowered_limits_reach_untouched_partitions_after_a_restart() {
+    const TOPICS: usize = 20;
+    let mut t = TestLog::with(|config| {
+        config.retention.max_records = 100;
+        config.retention.sweep_interval_ms = 50;
+    });
+    for topic in 0..TOPICS {
+        let records = vec![record("a"), record("b"), record("c")];
+        t.log
+            .append(&format!("tenant-{topic}"), 0, records)
+            .await
+            .unwrap();
+    }
+    t.log.shutdown().await.unwrap();
+
+    t.config.retention.max_records = 1;
+    t.log = durability::Log::open(t.config.clone()).unwrap();
+    let counters = t.log.partition_counters();
+    let trimmed = eventually(Duration::from_secs(20), async || {
+        counters.retention_runs() >= TOPICS as u64
+    })
+    .await;
+    assert!(trimmed, "retention runs: {}", counters.retention_runs());
+    for topic in 0..TOPICS {
+        let bounds = t.log.bounds(&format!("tenant-{topic}"), 0).await.unwrap();
+        assert_eq!(bounds.hot_offset, 2, "tenant-{topic}: {bounds:?}");
+    }
+    t.log.shutdown().await.unwrap();
+}
