@@ -9,6 +9,8 @@ Reads the results.json written by `cargo bench --bench suite` and writes into OU
                   one line per partition count, with raw SQLite and Redis as reference lines
   latency.png     p50 / p99 / p999 latency in ms at a fixed offered rate, one group per workload
   scale.png       append and read rates and private resident memory against the records already stored
+  million.png     new partitions/s in each tenth of the million-partitions run against the partitions
+                  written, with the smaller runs under two partitions.max_open values
 
 A section that is missing or empty in the JSON is skipped with a note; the other plots are
 still drawn. Needs matplotlib only (Agg backend, no display).
@@ -209,6 +211,47 @@ def plot_scale(results, out_dir):
     save(fig, out_dir, "scale.png")
 
 
+# million.png
+
+
+def block_points(writes):
+    """(partitions written, new partitions/s) of each block of a 'writes' entry."""
+    blocks = entries_with(writes if isinstance(writes, dict) else {}, "blocks", ("partitions", "rate"))
+    return sorted((b["partitions"], b["rate"]) for b in blocks)
+
+
+def plot_million(results, out_dir):
+    million = results.get("million")
+    points = block_points((million or {}).get("writes"))
+    if not points:
+        note("no 'million' results: skipping million.png")
+        return
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    ax.plot(*zip(*points), marker="o", label="default max_open")
+    for run in entries_with(million, "max_open", ("max_open",)):
+        mine = block_points(run.get("writes"))
+        if mine:
+            ax.plot(*zip(*mine), marker=".", linestyle="--", label=f"max_open = {si(run['max_open'])}")
+    ax.xaxis.set_major_formatter(FuncFormatter(si))
+    ax.yaxis.set_major_formatter(FuncFormatter(si))
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("partitions written (one new topic each)")
+    ax.set_ylabel("new partitions/s in the block")
+    clients = million.get("clients")
+    limit = million.get("open_files_limit")
+    detail = ", ".join(
+        text for text in (
+            f"{clients} HTTP clients" if clients else None,
+            f"open-file limit {limit}" if limit else None,
+        ) if text
+    )
+    ax.set_title(f"First writes as partitions pile up ({si(points[-1][0])}{', ' + detail if detail else ''})")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small", loc="best")
+    save(fig, out_dir, "million.png")
+
+
 def main(argv):
     if len(argv) != 3:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
@@ -217,7 +260,7 @@ def main(argv):
     with open(results_path, encoding="utf-8") as f:
         results = json.load(f)
     os.makedirs(out_dir, exist_ok=True)
-    for plot in (plot_throughput, plot_latency, plot_scale):
+    for plot in (plot_throughput, plot_latency, plot_scale, plot_million):
         try:
             plot(results, out_dir)
         except Exception as error:  # one bad section must not cost the other plots

@@ -4,14 +4,18 @@
 //!
 //! Run it with `scripts/bench`, which installs Redis, wrk and matplotlib, builds the server and
 //! draws the plots. Directly: `cargo bench --bench suite -- [--server PATH] [--out DIR]
-//! [--seconds N] [--quick] [--only SECTION]`. Without `--server` (or without wrk / redis-server installed) the
-//! HTTP (or Redis) rows are left out. `--quick` grows the partition to 10⁶ records instead of
-//! 10⁷ for the cost-growth rows. `--only` runs one section: `throughput` (which latency needs),
-//! `cold`, `partitions` (needs `--server`) or `scale`. Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`.
+//! [--seconds N] [--quick] [--only SECTION] [--million-partitions N] [--million-idle-seconds S]`.
+//! Without `--server` (or without wrk / redis-server installed) the HTTP (or Redis) rows are
+//! left out. `--quick` grows the partition to 10⁶ records instead of 10⁷ for the cost-growth
+//! rows, and writes 10⁵ partitions instead of 10⁶, idle 60 s instead of 300, in the million
+//! section. `--only` runs one section: `throughput` (which latency needs), `cold`, `partitions`
+//! (needs `--server`), `scale` or `million` (needs `--server`). Writes `DIR/BENCHMARKS.md` and
+//! `DIR/bench/results.json`.
 
 mod embedded;
 mod external;
 mod latency;
+mod million;
 mod partitions;
 mod raw;
 mod report;
@@ -33,6 +37,10 @@ struct Args {
     seconds: f64,
     quick: bool,
     only: Option<String>,
+    /// New partitions in the million section (10⁶ by default).
+    million_partitions: Option<u64>,
+    /// Length of its nearly idle stretch after the restart (300 s by default).
+    million_idle_seconds: Option<f64>,
 }
 
 impl Args {
@@ -43,6 +51,8 @@ impl Args {
             seconds: 3.0,
             quick: false,
             only: None,
+            million_partitions: None,
+            million_idle_seconds: None,
         };
         let mut given = std::env::args().skip(1);
         while let Some(arg) = given.next() {
@@ -57,6 +67,23 @@ impl Args {
                 }
                 "--quick" => args.quick = true,
                 "--only" => args.only = given.next(),
+                "--million-partitions" => {
+                    args.million_partitions = Some(
+                        given
+                            .next()
+                            .and_then(|s| s.parse().ok())
+                            .filter(|n| *n > 0)
+                            .expect("--million-partitions N (N > 0)"),
+                    )
+                }
+                "--million-idle-seconds" => {
+                    args.million_idle_seconds = Some(
+                        given
+                            .next()
+                            .and_then(|s| s.parse().ok())
+                            .expect("--million-idle-seconds S"),
+                    )
+                }
                 // `cargo bench` passes this to every bench target.
                 "--bench" => {}
                 other => panic!("unknown argument {other}"),
@@ -182,6 +209,21 @@ fn main() {
             &[10_000, 1_000_000, 10_000_000]
         };
         report.scale = embedded::scale(dir("scale"), sizes, &payload, budget);
+    }
+    if let Some(binary) = args.server.as_ref().filter(|_| args.runs("million")) {
+        let partitions =
+            args.million_partitions
+                .unwrap_or(if args.quick { 100_000 } else { 1_000_000 });
+        let idle = args
+            .million_idle_seconds
+            .unwrap_or(if args.quick { 60.0 } else { 300.0 });
+        eprintln!("a million partitions");
+        report.million = Some(million::run(
+            binary,
+            &dir,
+            partitions,
+            Duration::from_secs_f64(idle),
+        ));
     }
 
     report.write(&args.out, args.quick);

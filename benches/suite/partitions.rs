@@ -56,13 +56,13 @@ fn server(binary: &Path, dir: &Path, idle_stop_ms: u64) -> (Running, SocketAddr,
 }
 
 /// A keep-alive HTTP/1.1 connection.
-struct Client {
+pub struct Client {
     reader: BufReader<TcpStream>,
     address: SocketAddr,
 }
 
 impl Client {
-    fn new(address: SocketAddr) -> Self {
+    pub fn new(address: SocketAddr) -> Self {
         let stream = TcpStream::connect(address).unwrap();
         stream.set_nodelay(true).unwrap();
         Self {
@@ -72,7 +72,7 @@ impl Client {
     }
 
     /// Sends a request and reads the answer: (status, body).
-    fn send(&mut self, method: &str, path: &str, body: &str) -> (u16, String) {
+    pub fn send(&mut self, method: &str, path: &str, body: &str) -> (u16, String) {
         let request = format!(
             "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             self.address,
@@ -119,7 +119,7 @@ impl Client {
 }
 
 /// The process's descriptors, threads and resident memory (MiB).
-fn process(pid: u32) -> (u64, u64, f64) {
+pub fn process(pid: u32) -> (u64, u64, f64) {
     let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |fds| fds.count() as u64);
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let field = |name: &str| -> f64 {

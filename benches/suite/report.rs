@@ -8,6 +8,7 @@ use serde_json::json;
 
 use crate::embedded::ScalePoint;
 use crate::latency::Percentiles;
+use crate::million::Million;
 use crate::partitions::GrowthPoint;
 
 /// Everything measured for one record size.
@@ -82,6 +83,8 @@ pub struct Report {
     pub partitions: Vec<GrowthPoint>,
     /// (partitions, appends/s) of 50 producers round-robin over that many partitions.
     pub round_robin: Option<(u64, f64)>,
+    /// A million new partitions (or `--million-partitions`) through the server.
+    pub million: Option<Million>,
 }
 
 fn ratio(value: f64, base: Option<f64>) -> Option<f64> {
@@ -98,6 +101,7 @@ impl Report {
             scale: Vec::new(),
             partitions: Vec::new(),
             round_robin: None,
+            million: None,
         }
     }
 
@@ -414,6 +418,7 @@ impl Report {
         }
         let _ = writeln!(md, "\n![scale](bench/scale.png)");
         self.partitions_markdown(&mut md);
+        self.million_markdown(&mut md);
         md
     }
 
@@ -462,6 +467,155 @@ impl Report {
                 thousands(rate)
             );
         }
+    }
+
+    /// The million-partitions section: first writes as partitions pile up under 1024 open
+    /// files, then what the server costs holding them.
+    fn million_markdown(&self, md: &mut String) {
+        let Some(m) = &self.million else {
+            return;
+        };
+        let _ = writeln!(md, "\n## A million partitions\n");
+        let _ = writeln!(
+            md,
+            "The server binary with its default settings but no cold tier, in a fresh data \
+             folder, its open-file limit at {} (soft and hard): {} keep-alive HTTP clients write \
+             one record to partition 0 of each of {} new topics, a first write each. The \
+             process is sampled from `/proc` every 100 ms and `/healthz` timed every 100 ms on \
+             its own connection while writing; then one `GET /metrics` (with `/healthz` timed \
+             every 10 ms meanwhile), a restart on the same data (SIGTERM, then a new process), \
+             {:.0} s with one append every 200 ms to a random one of the topics, and the first \
+             writes again on a fifth of the partitions under two `partitions.max_open` values, \
+             a fresh data folder each.\n",
+            m.open_files_limit,
+            m.clients,
+            thousands(m.partitions as f64),
+            m.idle.seconds
+        );
+        let _ = writeln!(md, "| partitions written | new partitions/s in the block |");
+        let _ = writeln!(md, "|---|---|");
+        for (written, rate) in &m.writes.blocks {
+            let _ = writeln!(
+                md,
+                "| {} | {} |",
+                thousands(*written as f64),
+                thousands(*rate)
+            );
+        }
+        let _ = writeln!(md, "\n![million](bench/million.png)\n");
+        let _ = writeln!(md, "| figure | measured |");
+        let _ = writeln!(md, "|---|---|");
+        let mut row = |figure: &str, measured: String| {
+            let _ = writeln!(md, "| {figure} | {measured} |");
+        };
+        row(
+            "new partitions/s, overall",
+            format!(
+                "{} ({} answers not 2xx{})",
+                thousands(m.writes.rate),
+                m.writes.errors,
+                m.writes
+                    .first_error
+                    .as_ref()
+                    .map_or_else(String::new, |error| format!(
+                        ", the first `{}`",
+                        error.replace('|', "\\|")
+                    ))
+            ),
+        );
+        row(
+            "peak resident memory / threads / descriptors while writing",
+            format!(
+                "{:.0} MiB / {} / {}",
+                m.peak_rss_mib, m.peak_threads, m.peak_fds
+            ),
+        );
+        row(
+            "slowest `/healthz` while writing",
+            format!(
+                "{:.1} ms ({} not 200)",
+                m.healthz_max_ms, m.healthz_failures
+            ),
+        );
+        row(
+            "`GET /metrics` at the end: size / time",
+            format!(
+                "{} bytes / {:.0} ms",
+                thousands(m.metrics.bytes as f64),
+                m.metrics.ms
+            ),
+        );
+        row(
+            "slowest `/healthz` during that scrape / peak resident memory",
+            format!(
+                "{:.1} ms / {:.0} MiB",
+                m.metrics.healthz_max_ms, m.metrics.peak_rss_mib
+            ),
+        );
+        row(
+            "restart: SIGTERM → exited",
+            format!("{:.0} ms", m.restart.shutdown_ms),
+        );
+        row(
+            "restart: spawned → `/healthz` 200 / → first append to an existing topic",
+            format!(
+                "{:.0} ms / {:.0} ms",
+                m.restart.healthz_ms, m.restart.first_append_ms
+            ),
+        );
+        row(
+            "nearly idle (one append per 200 ms): server CPU",
+            format!("{:.1} % of one core", m.idle.cpu_percent),
+        );
+        row(
+            "nearly idle: append p50 / p99 / max",
+            format!(
+                "{:.2} ms / {:.2} ms / {:.2} ms ({} appends, {} not 2xx)",
+                m.idle.p50_ms, m.idle.p99_ms, m.idle.max_ms, m.idle.appends, m.idle.errors
+            ),
+        );
+        row(
+            "baseline, same stretch: raw 4 KiB append + fsync p50 / p99 / max",
+            format!(
+                "{:.2} ms / {:.2} ms / {:.2} ms",
+                m.idle.fsync_p50_ms, m.idle.fsync_p99_ms, m.idle.fsync_max_ms
+            ),
+        );
+        row(
+            "append p99 / raw fsync p99",
+            times((m.idle.fsync_p99_ms > 0.0).then(|| m.idle.p99_ms / m.idle.fsync_p99_ms)),
+        );
+        row(
+            "nearly idle: resident memory at the end",
+            format!("{:.0} MiB", m.idle.rss_mib),
+        );
+        for max_open in &m.max_open {
+            row(
+                &format!(
+                    "`max_open = {}`: new partitions/s, {} partitions",
+                    thousands(max_open.max_open as f64),
+                    thousands(max_open.partitions as f64)
+                ),
+                format!(
+                    "{} ({} not 2xx)",
+                    thousands(max_open.writes.rate),
+                    max_open.writes.errors
+                ),
+            );
+        }
+        if let (Some(ratio), Some(first), Some(last)) =
+            (m.max_open_ratio(), m.max_open.first(), m.max_open.last())
+        {
+            row(
+                &format!(
+                    "rate with `max_open = {}` / with `max_open = {}`",
+                    thousands(first.max_open as f64),
+                    thousands(last.max_open as f64)
+                ),
+                times(Some(ratio)),
+            );
+        }
+        million_goals(m, md);
     }
 
     /// The cost-growth goal: rates at the largest size within 1.2× of those at the smallest,
@@ -528,6 +682,7 @@ impl Report {
                 "healthz_max_ms": p.healthz_max_ms,
             })).collect::<Vec<_>>(),
             "round_robin": self.round_robin.map(|(partitions, rate)| json!({"partitions": partitions, "rate": rate})),
+            "million": self.million.as_ref().map(million_json),
             "scale": self.scale.iter().map(|p| json!({
                 "records": p.records, "append_rate": p.append_rate, "read_rate": p.read_rate, "rss_mib": p.rss_mib, "mapped_mib": p.mapped_mib,
             })).collect::<Vec<_>>(),
@@ -541,6 +696,124 @@ impl Report {
     }
 }
 
+/// The goals of the million-partitions run, each with what was measured and whether it is met.
+fn million_goals(m: &Million, md: &mut String) {
+    let verdict = |met: bool| if met { "yes" } else { "**no**" };
+    let _ = writeln!(md, "\n| goal | measured | met |\n|---|---|---|");
+    let mut goal = |goal: &str, measured: String, met: bool| {
+        let _ = writeln!(md, "| {goal} | {measured} | {} |", verdict(met));
+    };
+    if let (Some((_, first)), Some((_, last))) = (m.writes.blocks.first(), m.writes.blocks.last()) {
+        goal(
+            "last block of new partitions ≥ 0.8× the rate of the first",
+            format!(
+                "{} / {} = {:.2}×",
+                thousands(*last),
+                thousands(*first),
+                last / first
+            ),
+            last / first >= 0.8,
+        );
+    }
+    if let Some(ratio) = m.max_open_ratio() {
+        goal(
+            "rates with `max_open` 1,000 and 100,000 within 0.8× of each other",
+            format!("{ratio:.2}×"),
+            (0.8..=1.25).contains(&ratio),
+        );
+    }
+    goal(
+        "every append acknowledged",
+        format!("{} not 2xx", m.writes.errors),
+        m.writes.errors == 0,
+    );
+    goal(
+        "after the restart: server CPU ≤ 5 % of one core",
+        format!("{:.1} %", m.idle.cpu_percent),
+        m.idle.cpu_percent <= 5.0,
+    );
+    goal(
+        "after the restart: single-append p99 ≤ 5 ms",
+        format!("{:.2} ms", m.idle.p99_ms),
+        m.idle.p99_ms <= 5.0,
+    );
+    goal(
+        "`/healthz` within 5 s of start",
+        format!("{:.0} ms", m.restart.healthz_ms),
+        m.restart.healthz_ms <= 5_000.0,
+    );
+    goal(
+        "resident memory ≤ 128 MiB idle after the restart, ≤ 512 MiB at the peak",
+        format!("{:.0} MiB / {:.0} MiB", m.idle.rss_mib, m.peak_rss_mib),
+        m.idle.rss_mib <= 128.0 && m.peak_rss_mib <= 512.0,
+    );
+    goal(
+        "`/metrics` ≤ 1 MB and ≤ 100 ms; `/healthz` ≤ 100 ms while it runs",
+        format!(
+            "{} bytes, {:.0} ms; {:.1} ms",
+            thousands(m.metrics.bytes as f64),
+            m.metrics.ms,
+            m.metrics.healthz_max_ms
+        ),
+        m.metrics.bytes <= 1_000_000 && m.metrics.ms <= 100.0 && m.metrics.healthz_max_ms <= 100.0,
+    );
+}
+
+/// The `million` entry of the results.
+fn million_json(m: &Million) -> serde_json::Value {
+    let writes = |w: &crate::million::Writes| {
+        json!({
+            "rate": w.rate,
+            "errors": w.errors,
+            "first_error": w.first_error,
+            "blocks": w.blocks.iter().map(|(partitions, rate)| json!({
+                "partitions": partitions, "rate": rate,
+            })).collect::<Vec<_>>(),
+        })
+    };
+    json!({
+        "partitions": m.partitions,
+        "clients": m.clients,
+        "open_files_limit": m.open_files_limit,
+        "writes": writes(&m.writes),
+        "peak_rss_mib": m.peak_rss_mib,
+        "peak_threads": m.peak_threads,
+        "peak_fds": m.peak_fds,
+        "healthz_max_ms": m.healthz_max_ms,
+        "healthz_failures": m.healthz_failures,
+        "metrics": {
+            "bytes": m.metrics.bytes,
+            "ms": m.metrics.ms,
+            "healthz_max_ms": m.metrics.healthz_max_ms,
+            "peak_rss_mib": m.metrics.peak_rss_mib,
+        },
+        "restart": {
+            "shutdown_ms": m.restart.shutdown_ms,
+            "healthz_ms": m.restart.healthz_ms,
+            "first_append_ms": m.restart.first_append_ms,
+        },
+        "idle": {
+            "seconds": m.idle.seconds,
+            "appends": m.idle.appends,
+            "errors": m.idle.errors,
+            "cpu_percent": m.idle.cpu_percent,
+            "p50_ms": m.idle.p50_ms,
+            "p99_ms": m.idle.p99_ms,
+            "max_ms": m.idle.max_ms,
+            "fsync_p50_ms": m.idle.fsync_p50_ms,
+            "fsync_p99_ms": m.idle.fsync_p99_ms,
+            "fsync_max_ms": m.idle.fsync_max_ms,
+            "rss_mib": m.idle.rss_mib,
+        },
+        "max_open": m.max_open.iter().map(|run| json!({
+            "max_open": run.max_open,
+            "partitions": run.partitions,
+            "writes": writes(&run.writes),
+        })).collect::<Vec<_>>(),
+        "max_open_ratio": m.max_open_ratio(),
+    })
+}
+
 /// The middle value (the upper one of an even count).
 pub fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
@@ -548,7 +821,7 @@ pub fn median(mut values: Vec<f64>) -> f64 {
 }
 
 /// `1234567.8` → `1,234,568`.
-fn thousands(value: f64) -> String {
+pub fn thousands(value: f64) -> String {
     let digits = format!("{:.0}", value.max(0.0));
     let mut out = String::new();
     for (i, digit) in digits.chars().enumerate() {
