@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::external::{Running, free_port};
-use crate::partitions::{Client, process};
+use crate::partitions::{Client, Peaks, process};
 use crate::report::thousands;
 
 /// The server's open-file limit, soft and hard (so it cannot raise it): the usual default, far
@@ -411,26 +411,6 @@ fn block_rate(marks: &[(u64, Instant)], written: u64) -> f64 {
     (end - start) as f64 / ended.duration_since(*started).as_secs_f64()
 }
 
-/// Peaks of the server process and of `/healthz` answers while something ran.
-#[derive(Default)]
-struct Peaks {
-    fds: AtomicU64,
-    threads: AtomicU64,
-    rss_kib: AtomicU64,
-    healthz_us: AtomicU64,
-    healthz_failures: AtomicU64,
-}
-
-impl Peaks {
-    fn rss_mib(&self) -> f64 {
-        self.rss_kib.load(Ordering::SeqCst) as f64 / 1024.0
-    }
-
-    fn healthz_ms(&self) -> f64 {
-        self.healthz_us.load(Ordering::SeqCst) as f64 / 1000.0
-    }
-}
-
 /// Runs `work` while one thread samples the process `pid` from `/proc` and another times
 /// `GET /healthz` on a connection of its own, each every `every`: separate threads, so a slow
 /// `/healthz` does not leave the memory peak unsampled.
@@ -445,25 +425,14 @@ fn watched<T>(
     let result = std::thread::scope(|scope| {
         scope.spawn(|| {
             while running.load(Ordering::SeqCst) {
-                let (fds, threads, rss_mib) = process(pid);
-                peaks.fds.fetch_max(fds, Ordering::SeqCst);
-                peaks.threads.fetch_max(threads, Ordering::SeqCst);
-                peaks
-                    .rss_kib
-                    .fetch_max((rss_mib * 1024.0) as u64, Ordering::SeqCst);
+                peaks.sample_process(pid);
                 std::thread::sleep(every);
             }
         });
         scope.spawn(|| {
             let mut health = Client::new(address);
             while running.load(Ordering::SeqCst) {
-                let sent = Instant::now();
-                if health.send("GET", "/healthz", "").0 != 200 {
-                    peaks.healthz_failures.fetch_add(1, Ordering::SeqCst);
-                }
-                peaks
-                    .healthz_us
-                    .fetch_max(sent.elapsed().as_micros() as u64, Ordering::SeqCst);
+                peaks.time_healthz(&mut health);
                 std::thread::sleep(every);
             }
         });

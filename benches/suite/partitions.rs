@@ -132,13 +132,44 @@ pub fn process(pid: u32) -> (u64, u64, f64) {
     (fds, field("Threads:") as u64, field("VmRSS:") / 1024.0)
 }
 
-/// Peaks of `process` and the slowest `/healthz`, sampled until stopped.
+/// Peaks of a server process (from `/proc`) and of its `/healthz` answers while something ran.
 #[derive(Default)]
-struct Peaks {
-    fds: AtomicU64,
-    threads: AtomicU64,
+pub struct Peaks {
+    pub fds: AtomicU64,
+    pub threads: AtomicU64,
     rss_kib: AtomicU64,
     healthz_us: AtomicU64,
+    /// `/healthz` answers that were not 200.
+    pub healthz_failures: AtomicU64,
+}
+
+impl Peaks {
+    /// Samples the process `pid` once.
+    pub fn sample_process(&self, pid: u32) {
+        let (fds, threads, rss_mib) = process(pid);
+        self.fds.fetch_max(fds, Ordering::SeqCst);
+        self.threads.fetch_max(threads, Ordering::SeqCst);
+        self.rss_kib
+            .fetch_max((rss_mib * 1024.0) as u64, Ordering::SeqCst);
+    }
+
+    /// Times one `GET /healthz` on `health`.
+    pub fn time_healthz(&self, health: &mut Client) {
+        let sent = Instant::now();
+        if health.send("GET", "/healthz", "").0 != 200 {
+            self.healthz_failures.fetch_add(1, Ordering::SeqCst);
+        }
+        self.healthz_us
+            .fetch_max(sent.elapsed().as_micros() as u64, Ordering::SeqCst);
+    }
+
+    pub fn rss_mib(&self) -> f64 {
+        self.rss_kib.load(Ordering::SeqCst) as f64 / 1024.0
+    }
+
+    pub fn healthz_ms(&self) -> f64 {
+        self.healthz_us.load(Ordering::SeqCst) as f64 / 1000.0
+    }
 }
 
 fn watch(pid: u32, address: SocketAddr, running: Arc<AtomicBool>) -> Arc<Peaks> {
@@ -147,17 +178,8 @@ fn watch(pid: u32, address: SocketAddr, running: Arc<AtomicBool>) -> Arc<Peaks> 
     std::thread::spawn(move || {
         let mut health = Client::new(address);
         while running.load(Ordering::SeqCst) {
-            let (fds, threads, rss) = process(pid);
-            sampled.fds.fetch_max(fds, Ordering::SeqCst);
-            sampled.threads.fetch_max(threads, Ordering::SeqCst);
-            sampled
-                .rss_kib
-                .fetch_max((rss * 1024.0) as u64, Ordering::SeqCst);
-            let started = Instant::now();
-            assert_eq!(health.send("GET", "/healthz", "").0, 200);
-            sampled
-                .healthz_us
-                .fetch_max(started.elapsed().as_micros() as u64, Ordering::SeqCst);
+            sampled.sample_process(pid);
+            sampled.time_healthz(&mut health);
             std::thread::sleep(Duration::from_millis(50));
         }
     });
@@ -204,6 +226,8 @@ pub fn growth(binary: &Path, dir: &Path, counts: &[u64], payload: &str) -> Vec<G
             // without appends) and freed pages handed back, then memory as it stays.
             std::thread::sleep(Duration::from_millis(IDLE_STOP_MS * 3) + Duration::from_secs(15));
             let idle_rss_mib = process(pid).2;
+            let failures = peaks.healthz_failures.load(Ordering::SeqCst);
+            assert_eq!(failures, 0, "/healthz answered other than 200");
             let point = GrowthPoint {
                 partitions,
                 rate,
@@ -211,10 +235,10 @@ pub fn growth(binary: &Path, dir: &Path, counts: &[u64], payload: &str) -> Vec<G
                 p99_ms: at(0.99),
                 peak_fds: peaks.fds.load(Ordering::SeqCst),
                 peak_threads: peaks.threads.load(Ordering::SeqCst),
-                peak_rss_mib: peaks.rss_kib.load(Ordering::SeqCst) as f64 / 1024.0,
+                peak_rss_mib: peaks.rss_mib(),
                 idle_rss_mib,
                 start_rss_mib,
-                healthz_max_ms: peaks.healthz_us.load(Ordering::SeqCst) as f64 / 1000.0,
+                healthz_max_ms: peaks.healthz_ms(),
             };
             eprintln!(
                 "  {partitions} partitions written once: {rate:.0}/s, p50 {:.2} ms, p99 {:.2} ms, \
