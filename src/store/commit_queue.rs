@@ -6,7 +6,27 @@
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use super::volume::{AppendRequest, lock};
+use std::sync::Arc;
+
+use super::batch::{AppendOutcome, AppendRejection, NewRecord};
+use super::tail::PartitionTail;
+use super::{StoreError, lock};
+use crate::clock::Clock;
+
+/// A group commit's share of one caller: its batches, checked, and where the answer goes.
+pub(super) struct AppendRequest {
+    pub partition: Arc<PartitionTail>,
+    pub clock: Arc<dyn Clock>,
+    /// Each batch with its definite rejection, if any (rejected batches write nothing).
+    pub batches: Vec<(Vec<NewRecord>, Option<AppendRejection>)>,
+    pub reply: AppendReply,
+}
+
+/// What a group commit answers each caller: one outcome per batch, and the partition's
+/// backlog after the commit.
+pub type AppendResult = Result<(Vec<AppendOutcome>, u64), StoreError>;
+/// Where a group commit's answer goes (called on the committer thread).
+pub type AppendReply = Box<dyn FnOnce(AppendResult) + Send>;
 
 /// Shares of the next group commit. See the module docs.
 #[derive(Default)]
@@ -97,10 +117,11 @@ mod tests {
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
+    use super::AppendRequest;
     use super::{CommitQueue, Next};
     use crate::clock::SystemClock;
     use crate::store::NewRecord;
-    use crate::store::volume::{AppendRequest, PartitionTail};
+    use crate::store::tail::PartitionTail;
 
     fn share(batches: usize) -> AppendRequest {
         AppendRequest {

@@ -1,5 +1,5 @@
 //! Committed positions of groups: commit (forward only), look up, list, delete, and the backlog
-//! they leave (counted by `pending_deliveries` in `volume.rs`).
+//! they leave (counted by `pending_deliveries` in `volume/committer.rs`).
 
 use std::collections::BTreeMap;
 
@@ -95,7 +95,7 @@ impl LogStore {
 
     /// The partition's backlog, reported as `pendingDeliveries`: records its slowest group has
     /// not processed (0 when no group has a cursor). The rule is `pending_deliveries` in
-    /// `volume.rs`, which every group commit also applies for the load it answers with.
+    /// `volume/committer.rs`, which every group commit also applies for the load it answers with.
     ///
     /// # Errors
     /// A storage failure.

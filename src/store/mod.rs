@@ -9,6 +9,7 @@
 //! commits. Every method blocks on SQLite; call it from a thread that may block.
 
 mod append;
+mod batch;
 mod commit_queue;
 mod cursors;
 mod damage;
@@ -19,29 +20,31 @@ mod read;
 mod retention;
 mod schema;
 mod segment;
+mod tail;
 mod volume;
 mod volumes;
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use rusqlite::{Connection, Transaction};
 use serde::Deserialize;
 
-pub use append::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check_batch};
+pub use batch::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check_batch};
 pub use cursors::GroupPosition;
 pub use damage::{AcceptError, AcceptedDamage, DamageKind, DamageMark, accept_damage};
 pub use due::{DuePartition, DuePosition};
 pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record, check_offset, page_limit, unsigned_offset};
-pub use retention::{ColdFlushCounters, ColdTier, Retention};
+pub use retention::{ColdFlushCounters, ColdTier};
+pub use tail::Retention;
 pub use volume::{INDEX_EVERY_ROWS, Volume};
 pub(crate) use volumes::Volumes;
 
-use due::Due;
-use volume::{Fault, PartitionTail, Tail, TrimLock};
+use tail::{Due, PartitionTail, Tail};
+use volume::{Fault, TrimLock};
 
 use crate::clock::{Clock, SystemClock};
 
@@ -328,6 +331,12 @@ impl LogStore {
     ) -> Result<T, StoreError> {
         self.volume.shared().snapshot(work)
     }
+}
+
+/// Locks `mutex`, carrying on after a panic elsewhere: every guarded value here is replaced
+/// whole or only after a commit, so it is consistent.
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
-use super::append::record_checksum;
+use super::batch::record_checksum;
 use super::{LogStore, StoreError, segment};
 use crate::cold::SegmentKey;
 

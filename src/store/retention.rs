@@ -24,30 +24,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, params};
 
-use super::due::{Due, oldest_hot, store_due_at};
+use super::due::{oldest_hot, store_due_at};
 use super::segment::{self, Encoded};
-use super::volume::lock;
-use super::{Fault, LogStore, Record, StoreError, Tail};
+use super::tail::{Due, Retention};
+use super::{Fault, LogStore, Record, StoreError, Tail, lock};
 use crate::cold::{ColdStore, ColdStoreError, PutOutcome, SegmentKey};
-
-/// Limits of the hot window; `None` means no limit. All limits combine: a record leaves when it
-/// breaks any of them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Retention {
-    /// Records appended longer ago than this leave.
-    pub max_age_ms: Option<u64>,
-    /// At most this many hot records stay.
-    pub max_records: Option<u64>,
-    /// At most this many payload bytes stay (the oldest records leave until the excess is
-    /// covered, possibly one record more).
-    pub max_bytes: Option<u64>,
-}
-
-impl Retention {
-    fn is_unlimited(&self) -> bool {
-        self.max_age_ms.is_none() && self.max_records.is_none() && self.max_bytes.is_none()
-    }
-}
 
 /// Where a partition's expired records go: a cold store, under keys
 /// `{prefix}/{topic}/{partition}/{first}-{last}`.

@@ -8,7 +8,7 @@
 //! partitions writes one run of pages. The lookups by partition and offset (`record_index`) and
 //! by deduplication key (`key_index`) are not written by the commit: the volume's indexer fills
 //! them in the background from `records`, and the records committed since (`seq` above
-//! `indexed.through_seq`) are found through an in-memory index (see `volume.rs`).
+//! `indexed.through_seq`) are found through an in-memory index (see `volume/index.rs`).
 
 use rusqlite::{Connection, TransactionBehavior};
 

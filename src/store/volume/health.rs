@@ -1,0 +1,219 @@
+//! What can go wrong with a volume, and what it does then: a write with an unknown outcome
+//! poisons it until it recovers; damage (a malformed file, or fewer commits than its
+//! high-water mark says were acknowledged) is marked for good (see `damage.rs`); tests inject
+//! failures at fixed points.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+
+use super::Shared;
+use crate::store::damage::{self, DamageKind, DamageMark};
+use crate::store::{StoreError, SyncMode, lock};
+
+/// Points where a test can make a volume fail, once each, as a failing disk would.
+#[derive(Debug, Clone, Copy)]
+pub(in crate::store) enum Fault {
+    /// Just before a write transaction commits.
+    BeforeCommit = 0,
+    /// In a trim pass, after the segment is indexed and before the hot records are deleted.
+    AfterSegmentIndexed = 1,
+    /// In a trim pass, after the segment is stored in the cold tier and before it is indexed.
+    AfterSegmentStored = 2,
+}
+
+/// What was found wrong with a volume, and the reason its callers are given.
+#[derive(Debug)]
+pub(super) struct Damage {
+    pub(super) kind: DamageKind,
+    pub(super) reason: String,
+}
+
+/// `corrupted` with `reason`, if there is one.
+fn refuse(reason: Option<&str>) -> Result<(), StoreError> {
+    reason.map_or(Ok(()), |reason| {
+        Err(StoreError::Corrupted {
+            reason: reason.to_owned(),
+        })
+    })
+}
+
+/// The file beside a volume that holds its high-water mark: the newest seq known durable.
+pub(super) fn high_water_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push("-hwm");
+    name.into()
+}
+
+/// The volume's high-water mark, 0 when it has none (or an unreadable one). A volume that
+/// opens holding fewer commits than this lost some: its WAL or database file was deleted,
+/// truncated or replaced, and handing out its offsets again would reuse acknowledged ones.
+pub(super) fn read_high_water(path: &Path) -> i64 {
+    let file = high_water_path(path);
+    match std::fs::read_to_string(&file) {
+        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
+            log::warn!("{}: not a high-water mark, ignored", file.display());
+            0
+        }),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
+        Err(err) => {
+            log::warn!("{}: cannot read the high-water mark: {err}", file.display());
+            0
+        }
+    }
+}
+
+/// Writes the high-water mark in place, fixed width (one small write: never half old, half
+/// new), and syncs it.
+pub(in crate::store) fn write_high_water(path: &Path, seq: i64) -> std::io::Result<()> {
+    use std::io::{Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .open(high_water_path(path))?;
+    file.seek(std::io::SeekFrom::Start(0))?;
+    file.write_all(format!("{seq:020}\n").as_bytes())?;
+    file.sync_data()
+}
+
+impl Shared {
+    pub(super) fn poison(&self, err: &StoreError) {
+        log::error!(
+            "{}: write failed, refusing writes until reopened: {err:?}",
+            self.path.display()
+        );
+        self.poisoned.store(true, Ordering::SeqCst);
+    }
+
+    /// Refuses writes to a damaged volume.
+    pub(in crate::store) fn check_intact(&self) -> Result<(), StoreError> {
+        refuse(self.damaged.get().map(|damage| damage.reason.as_str()))
+    }
+
+    /// See [`Volume::known_loss`].
+    pub(in crate::store) fn known_loss(&self) -> Option<&str> {
+        self.damaged
+            .get()
+            .filter(|damage| damage.kind == DamageKind::Lost)
+            .map(|damage| damage.reason.as_str())
+    }
+
+    /// Refuses every read of a volume with a known loss: what it holds may be older than what
+    /// it acknowledged, and serving it as the log would hide the loss.
+    pub(in crate::store) fn check_complete(&self) -> Result<(), StoreError> {
+        refuse(self.known_loss())
+    }
+
+    /// Marks the volume damaged, logging it once and recording it beside the volume (see
+    /// [`damage`]), and answers the error its callers get.
+    pub(super) fn mark_damaged(&self, kind: DamageKind, cause: &str) -> StoreError {
+        let mut first = false;
+        let damage = self.damaged.get_or_init(|| {
+            first = true;
+            Damage {
+                kind,
+                reason: format!("the volume {} is damaged: {cause}", self.path.display()),
+            }
+        });
+        if first {
+            let mark = DamageMark::now(kind, cause);
+            if let Err(err) = damage::write_mark(&self.path, &mark) {
+                log::error!(
+                    "{}: cannot record the damage mark: {err}",
+                    damage::mark_path(&self.path).display()
+                );
+            }
+            log::error!(
+                "{}; its partitions refuse writes from now on, also after a restart, until an \
+                 operator accepts the damage",
+                damage.reason
+            );
+        }
+        StoreError::Corrupted {
+            reason: damage.reason.clone(),
+        }
+    }
+
+    /// Takes up the damage an earlier process recorded.
+    pub(super) fn remember_damage(&self, mark: &DamageMark) {
+        let reason = format!(
+            "the volume {} is damaged: {} (marked {} in {})",
+            self.path.display(),
+            mark.cause,
+            mark.marked_at,
+            damage::mark_path(&self.path).display()
+        );
+        log::error!(
+            "{reason}; its partitions refuse writes until an operator accepts the damage \
+             (`durability accept-damage`)"
+        );
+        let _ = self.damaged.set(Damage {
+            kind: mark.kind,
+            reason,
+        });
+    }
+
+    /// `err`, or `corrupted` when SQLite found the files malformed (the volume is then marked
+    /// damaged).
+    pub(super) fn classify(&self, err: StoreError) -> StoreError {
+        match &err {
+            StoreError::Sqlite(rusqlite::Error::SqliteFailure(failure, _))
+                if matches!(
+                    failure.code,
+                    rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
+                ) =>
+            {
+                let cause = std::error::Error::source(&err)
+                    .map_or_else(|| err.to_string(), ToString::to_string);
+                self.mark_damaged(DamageKind::Malformed, &cause)
+            }
+            StoreError::Corrupted { reason } if self.damaged.get().is_none() => {
+                self.mark_damaged(DamageKind::Malformed, reason)
+            }
+            _ => err,
+        }
+    }
+
+    /// Arms a fault (tests of recovery).
+    #[cfg(any(test, feature = "test-util"))]
+    pub(in crate::store) fn arm(&self, fault: Fault) {
+        self.faults[fault as usize].store(true, Ordering::SeqCst);
+    }
+
+    /// Fails with an I/O error, as a failing disk would, if the chosen fault is armed.
+    pub(in crate::store) fn injected_fault(&self, fault: Fault) -> Result<(), StoreError> {
+        if self.faults[fault as usize].swap(false, Ordering::SeqCst) {
+            return Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
+                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_IOERR),
+                Some("injected fault".into()),
+            )));
+        }
+        Ok(())
+    }
+
+    /// Records the newest durable seq beside the database when it moved (see
+    /// [`read_high_water`]). Only where every commit is synced: with `sync = normal` the last
+    /// commits may be lost on power loss by design, and that must not read as damage.
+    pub(super) fn record_high_water(&self, recorded: &mut i64) {
+        let last = lock(&self.writer).last_seq;
+        if self.sync != SyncMode::Full || last <= *recorded || self.damaged.get().is_some() {
+            return;
+        }
+        if self.write_high_water(last) {
+            *recorded = last;
+        }
+    }
+
+    /// Writes the high-water mark `seq`; a failure is logged (the check it feeds is then
+    /// weaker, nothing else).
+    pub(super) fn write_high_water(&self, seq: i64) -> bool {
+        let written = write_high_water(&self.path, seq);
+        if let Err(err) = &written {
+            log::warn!(
+                "{}: cannot record the high-water mark: {err}",
+                high_water_path(&self.path).display()
+            );
+        }
+        written.is_ok()
+    }
+}
