@@ -235,7 +235,7 @@ impl fmt::Debug for ColdSettings {
             .field("s3_endpoint", &self.s3_endpoint)
             .field("s3_bucket", &self.s3_bucket)
             .field("s3_region", &self.s3_region)
-            .field("s3_access_key", &self.s3_access_key)
+            .field("s3_access_key", &redacted(&self.s3_access_key))
             .field("s3_secret_key", &redacted(&self.s3_secret_key))
             .field("s3_path_style", &self.s3_path_style)
             .finish()
@@ -449,6 +449,7 @@ impl Config {
     pub fn redacted(&self) -> Self {
         let mut config = self.clone();
         config.server.auth_token = redacted(&config.server.auth_token).to_owned();
+        config.cold.s3_access_key = redacted(&config.cold.s3_access_key).to_owned();
         config.cold.s3_secret_key = redacted(&config.cold.s3_secret_key).to_owned();
         config
     }

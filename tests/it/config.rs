@@ -205,23 +205,24 @@ fn syntax_errors_name_the_file() {
     );
 }
 
-/// Logged configurations never show secrets.
+/// Logged configurations never show secrets: the token and both S3 keys (the same keys whose
+/// values configuration errors never quote).
 #[test]
 fn redacted_hides_secrets() {
     let config = Config::from_sources(
         None,
         env(&[
             ("DURABILITY__SERVER__AUTH_TOKEN", "hunter2"),
+            ("DURABILITY__COLD__S3_ACCESS_KEY", "AKIDKEY"),
             ("DURABILITY__COLD__S3_SECRET_KEY", "s3cret"),
         ]),
     )
     .unwrap();
     let shown = format!("{:?}", config.redacted());
-    assert!(
-        !shown.contains("hunter2") && !shown.contains("s3cret"),
-        "{shown}"
-    );
-    assert!(!format!("{:?}", config.cold).contains("s3cret"));
+    for secret in ["hunter2", "AKIDKEY", "s3cret"] {
+        assert!(!shown.contains(secret), "{shown}");
+        assert!(!format!("{:?}", config.cold).contains(secret));
+    }
 }
 
 /// Retention limits of 0 mean "no limit" for the store; other values pass through.
