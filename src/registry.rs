@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::names::PartitionId;
 use crate::partition::{
-    DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, Usage, Workers,
+    DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, RunRetention, Usage, Workers,
 };
 use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreError, StoreOptions, Volumes};
 use crate::sweep::Sweep;
@@ -304,11 +304,13 @@ impl PartitionRegistry {
     }
 
     /// The running actor of `id`, opening the partition if it is known, or if `create` (a
-    /// write). Must not be called while `id` is closing.
+    /// write); opening it counts as a use if `is_use`. Must not be called while `id` is
+    /// closing.
     fn locate(
         &mut self,
         id: &PartitionId,
         create: bool,
+        is_use: bool,
         ctx: &mut Context<Self>,
     ) -> Result<Option<Addr<PartitionActor>>, Error> {
         if let Some(running) = self.running.get(id) {
@@ -345,8 +347,9 @@ impl PartitionRegistry {
         let store = Arc::new(store);
         self.generations += 1;
         let usage = Arc::new(Usage::default());
-        // Opening is a use, the first the registry sees.
-        usage.touch();
+        if is_use {
+            usage.touch();
+        }
         let setup = PartitionSetup {
             id: id.clone(),
             volume,
@@ -363,16 +366,19 @@ impl PartitionRegistry {
         let addr = PartitionActor::start(setup, store.clone());
         self.counters.opened.fetch_add(1, Ordering::Relaxed);
         log::debug!("partition {id} opened");
-        self.running.insert(
-            id.clone(),
-            Running {
-                addr: addr.clone(),
-                generation: self.generations,
-                seen: usage.last_used(),
-                usage,
-                store,
-            },
-        );
+        let running = Running {
+            addr: addr.clone(),
+            generation: self.generations,
+            seen: usage.last_used(),
+            usage,
+            store,
+        };
+        // Opened without a use (for retention), it is the first to close for room.
+        if is_use {
+            self.running.insert(id.clone(), running);
+        } else {
+            self.running.insert_front(id.clone(), running);
+        }
         Ok(Some(addr))
     }
 
@@ -396,22 +402,32 @@ impl PartitionRegistry {
     /// The open partition with nothing in flight whose last use is the oldest. Partitions are
     /// used without the registry hearing of it (messages go to their actors), so `running`
     /// learns late: a partition at the front that was used since it was last seen goes to the
-    /// back, as does a busy one. Each move follows a use, or skips a partition in use, so a
-    /// choice costs O(1) amortized, whatever the number open; only when every open partition
-    /// is busy does it look at them all (twice at most).
+    /// back. Each such move follows a use, so a choice costs O(1) amortized, whatever the
+    /// number open, plus one step for each busy partition passed over (they keep their place);
+    /// only when every open partition is busy does it look at them all (twice at most).
     fn least_recently_used(&mut self) -> Option<PartitionId> {
+        let mut busy = Vec::new();
+        let mut victim = None;
         for _ in 0..2 * self.running.len() {
-            let mut front = self.running.front_entry()?;
+            let Some(mut front) = self.running.front_entry() else {
+                break;
+            };
             let running = front.get_mut();
             let used = running.usage.last_used();
             if used > running.seen {
                 running.seen = used;
-            } else if !running.usage.is_busy() {
-                return Some(front.key().clone());
+            } else if running.usage.is_busy() {
+                busy.push(front.key().clone());
+            } else {
+                victim = Some(front.key().clone());
+                break;
             }
             front.to_back();
         }
-        None
+        for id in busy.iter().rev() {
+            self.running.to_front(id);
+        }
+        victim
     }
 
     /// Drains and stops a running partition; it may open again once the drain finished.
@@ -516,6 +532,7 @@ impl Handler<Locate> for PartitionRegistry {
             return Box::pin(actix::fut::ready(self.locate(
                 &locate.id,
                 locate.create,
+                true,
                 ctx,
             )));
         };
@@ -530,7 +547,7 @@ impl Handler<Locate> for PartitionRegistry {
                 if registry.closing.contains_key(&locate.id) {
                     return Err(Error::PartitionStopped);
                 }
-                registry.locate(&locate.id, locate.create, ctx)
+                registry.locate(&locate.id, locate.create, true, ctx)
             }),
         )
     }
@@ -548,6 +565,52 @@ impl Handler<PartitionIdle> for PartitionRegistry {
             return;
         }
         self.close(&idle.id, ctx);
+    }
+}
+
+/// Runs the retention of a stored partition the sweep found due, opening it if needed
+/// (see [`crate::sweep`]); answers whether it ran. Neither the opening nor the run counts as a
+/// use, so a partition opened only for its retention is the first to close for room, before
+/// the partitions in use; it is held open until its run ends. A partition that is closing is
+/// left for the next sweep.
+#[derive(Message, Debug)]
+#[rtype(result = "bool")]
+pub(crate) struct RunDueRetention {
+    pub id: PartitionId,
+}
+
+impl Handler<RunDueRetention> for PartitionRegistry {
+    type Result = ResponseActFuture<Self, bool>;
+
+    fn handle(&mut self, due: RunDueRetention, ctx: &mut Self::Context) -> Self::Result {
+        if self.closing.contains_key(&due.id) {
+            return Box::pin(actix::fut::ready(false));
+        }
+        let partition = match self.locate(&due.id, false, false, ctx) {
+            Ok(Some(partition)) => partition,
+            Ok(None) => return Box::pin(actix::fut::ready(false)),
+            Err(err) => {
+                log::warn!(
+                    "partition {}: cannot open it to run its retention: {err}",
+                    due.id
+                );
+                return Box::pin(actix::fut::ready(false));
+            }
+        };
+        // Taken before any other message reaches the registry: nothing closes it for room
+        // before its retention ran.
+        let held = self
+            .running
+            .get(&due.id)
+            .map(|running| running.usage.hold());
+        Box::pin(
+            async move {
+                let ran = partition.send(RunRetention).await.is_ok();
+                drop(held);
+                ran
+            }
+            .into_actor(self),
+        )
     }
 }
 

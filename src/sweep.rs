@@ -5,19 +5,20 @@
 //! partition; a restart schedules nothing at all.
 //!
 //! A partition not open is opened for its retention (closing the least recently used one if
-//! `max_open` are open) and closes again when idle. A run that fails leaves the partition due,
-//! so the next sweep tries it again.
+//! `max_open` are open) and closes again when idle. Neither the opening nor the run counts as
+//! a use, so such a partition is the first to close for room, before the partitions in use. A
+//! run that fails leaves the partition due, so the next sweep tries it again.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use actix::{Addr, WeakAddr};
+use actix::WeakAddr;
 use futures_util::StreamExt;
 
 use crate::clock::Clock;
 use crate::names::PartitionId;
-use crate::partition::{RunRetention, Workers};
-use crate::registry::{Locate, PartitionCounters, PartitionRegistry};
+use crate::partition::Workers;
+use crate::registry::{PartitionCounters, PartitionRegistry, RunDueRetention};
 use crate::store::{DuePartition, DuePosition, Volumes};
 
 /// Due partitions read from a volume at a time.
@@ -69,7 +70,7 @@ impl Sweep {
         }
     }
 
-    /// Opens a due partition (if it is not open) and runs its retention.
+    /// Runs a due partition's retention through the registry, which opens it if needed.
     async fn run_retention(&self, due: DuePartition) {
         let Some(registry) = self.registry.upgrade() else {
             return;
@@ -77,32 +78,8 @@ impl Sweep {
         let Ok(id) = PartitionId::new(&due.topic, due.partition) else {
             return;
         };
-        let Some(partition) = locate(&registry, &id).await else {
-            return;
-        };
-        if partition.send(RunRetention).await.is_ok() {
+        if let Ok(true) = registry.send(RunDueRetention { id }).await {
             self.counters.retention_runs.fetch_add(1, Ordering::Relaxed);
         }
-    }
-}
-
-/// The running actor of a stored partition, opening it if needed.
-async fn locate(
-    registry: &Addr<PartitionRegistry>,
-    id: &PartitionId,
-) -> Option<Addr<crate::partition::PartitionActor>> {
-    let located = registry
-        .send(Locate {
-            id: id.clone(),
-            create: false,
-        })
-        .await;
-    match located {
-        Ok(Ok(partition)) => partition,
-        Ok(Err(err)) => {
-            log::warn!("partition {id}: cannot open it to run its retention: {err}");
-            None
-        }
-        Err(_) => None,
     }
 }

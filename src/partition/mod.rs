@@ -140,9 +140,21 @@ impl Usage {
         self.last_used.store(now, Ordering::Relaxed);
     }
 
-    /// When the partition was last used (larger is more recent).
+    /// When the partition was last used (larger is more recent; 0: never).
     pub fn last_used(&self) -> u64 {
         self.last_used.load(Ordering::Relaxed)
+    }
+
+    /// Counts something in flight until the returned guard is dropped: the partition is not
+    /// closed for room meanwhile.
+    pub(crate) fn hold(self: &Arc<Self>) -> InFlight {
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self.clone())
+    }
+
+    /// Sets the last use back to `last_used`, after work that is not a use (retention).
+    fn restore(&self, last_used: u64) {
+        self.last_used.store(last_used, Ordering::Relaxed);
     }
 
     /// Whether anything is in flight: queued or committing appends, reads, trims, leases.
@@ -209,7 +221,6 @@ impl PartitionActor {
     /// Starts the actor of the partition `store` opened, on the current arbiter, under a
     /// supervisor.
     pub(crate) fn start(setup: PartitionSetup, store: Arc<LogStore>) -> actix::Addr<Self> {
-        setup.usage.touch();
         setup.alive.fetch_add(1, Ordering::SeqCst);
         actix::Supervisor::start(move |ctx: &mut Context<Self>| {
             // Producers wait for their answers, so this bounds memory, not throughput.
@@ -295,8 +306,7 @@ impl PartitionActor {
 
     /// Counts an asynchronous operation as in flight until the returned guard is dropped.
     fn begin_async(&self) -> InFlight {
-        self.setup.usage.in_flight.fetch_add(1, Ordering::SeqCst);
-        InFlight(self.setup.usage.clone())
+        self.setup.usage.hold()
     }
 
     /// Times a delivery (a read or a lease) as outbound load until the returned guard is
@@ -342,7 +352,7 @@ impl Drop for PartitionActor {
 }
 
 /// Decrements the in-flight count when an operation ends, however it ends.
-pub(super) struct InFlight(Arc<Usage>);
+pub(crate) struct InFlight(Arc<Usage>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {

@@ -72,10 +72,12 @@ impl Handler<RunRetention> for PartitionActor {
         if self.retention_running.get() {
             return Box::pin(async {});
         }
-        // The sweep's work is not the activity that keeps a partition from idling.
-        let last_activity = self.last_activity;
+        // The sweep's work is not a use: it neither keeps the partition from idling nor from
+        // closing for room.
+        let (last_activity, last_used) = (self.last_activity, self.setup.usage.last_used());
         let trimmed = self.on_worker(ctx, |store| async move { Ok(store.trim().await?) });
         self.last_activity = last_activity;
+        self.setup.usage.restore(last_used);
         let id = self.setup.id.clone();
         let running = self.retention_running.clone();
         running.set(true);

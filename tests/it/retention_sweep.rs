@@ -151,3 +151,57 @@ async fn lowered_limits_reach_untouched_partitions_after_a_restart() {
     }
     t.log.shutdown().await.unwrap();
 }
+
+/// Partitions opened only for their retention are the first to close for room: with 10 open
+/// at most, 10 partitions in use and 20 closed ones coming due, the sweep trims all 20 while
+/// the partitions in use stay open but for as many as retention runs at once (5 here). When
+/// opening for retention counted as a use, the sweep closed every partition in use for them.
+#[actix::test]
+async fn partitions_opened_for_retention_close_first() {
+    const MAX_OPEN: usize = 10;
+    const DUE: usize = 20;
+    // min(4 × storage.workers, max_open / 2)
+    const AT_ONCE: usize = MAX_OPEN / 2;
+    let in_use: Vec<String> = (0..MAX_OPEN).map(|n| format!("in-use-{n}")).collect();
+    let t = TestLog::with(|config| {
+        config.partitions.max_open = MAX_OPEN;
+        config.retention.max_age_ms = 500;
+        config.retention.sweep_interval_ms = 100;
+        for topic in &in_use {
+            let mut kept = TopicSettings {
+                log: config.log.clone(),
+                retention: config.retention.clone(),
+                leases: config.leases.clone(),
+            };
+            kept.retention.max_age_ms = 3_600_000;
+            config.topics.insert(topic.clone(), kept);
+        }
+    });
+    for topic in 0..DUE {
+        let topic = format!("due-{topic}");
+        t.log.append(&topic, 0, vec![record("x")]).await.unwrap();
+    }
+    for topic in &in_use {
+        t.log.append(topic, 0, vec![record("x")]).await.unwrap();
+    }
+
+    let counters = t.log.partition_counters();
+    let trimmed = eventually(Duration::from_secs(20), async || {
+        counters.retention_runs() >= DUE as u64
+    })
+    .await;
+    assert!(trimmed, "retention runs: {}", counters.retention_runs());
+    let open = t.log.running_partitions().await.unwrap();
+    let in_use_open = open
+        .iter()
+        .filter(|id| id.topic().starts_with("in-use-"))
+        .count();
+    assert!(
+        in_use_open >= MAX_OPEN - AT_ONCE,
+        "{in_use_open} of {MAX_OPEN} partitions in use are open: {open:?}"
+    );
+    for topic in 0..DUE {
+        let bounds = t.log.bounds(&format!("due-{topic}"), 0).await.unwrap();
+        assert_eq!(bounds.hot_offset, 1, "due-{topic}: {bounds:?}");
+    }
+}
