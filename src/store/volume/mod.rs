@@ -20,6 +20,12 @@
 //! index of recent records; `health.rs` what can go wrong (poisoning, damage, the high-water
 //! mark, injected faults).
 //!
+//! Every write to a volume goes through one of three doors, each a transaction of the writing
+//! connection under its lock: the committer's group commit (`committer.rs`: appends, and the
+//! due times they move), `Shared::write` (cursors, leases, trims and the cold index, settled
+//! due times, reviewed limits), and `Shared::unsynced` (what can be rebuilt or forgotten: a new
+//! partition's row before its first durable write, index passes). Migrations run once at open.
+//!
 //! Lock order: `Shared::writer` before `Shared::recent`, and before a partition's
 //! `PartitionTail` locks (`tail`, `due`); `recent` is never held while taking `writer`. The
 //! commit queue's and the trim locks' own locks are never held while taking any other.
