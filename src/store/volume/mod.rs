@@ -275,17 +275,6 @@ impl Volume {
         &self.shared
     }
 
-    /// Every partition stored here: `(key, topic, partition)`.
-    ///
-    /// # Errors
-    /// A storage failure.
-    pub fn partitions(&self) -> Result<Vec<(i64, String, u32)>, StoreError> {
-        let conn = self.shared.readers.get()?;
-        let mut statement = conn.prepare_cached("SELECT id, topic, partition FROM partitions")?;
-        let rows = statement.query_map([], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
-    }
-
     /// What was found wrong with the volume, if anything.
     pub fn damage(&self) -> Option<DamageKind> {
         self.shared.damaged.get().map(|damage| damage.kind)
