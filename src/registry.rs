@@ -11,7 +11,8 @@
 //! partition is not opened again before its drain finished, so a partition never has two
 //! writers.
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -20,7 +21,6 @@ use actix::{
     Actor, ActorFutureExt, Addr, AsyncContext, AtomicResponse, Context, Handler, Message,
     ResponseActFuture, SpawnHandle, WeakAddr, WrapFuture,
 };
-use hashlink::LinkedHashMap;
 use tokio::sync::oneshot;
 
 use crate::clock::Clock;
@@ -200,9 +200,11 @@ pub(crate) struct PartitionRegistry {
     addresses: Arc<Addresses>,
     workers: Workers,
     max_open: usize,
-    /// The open partitions, in order of their last use as the registry last saw it, oldest
-    /// first (see [`PartitionRegistry::least_recently_used`]).
-    running: LinkedHashMap<PartitionId, Running>,
+    running: HashMap<PartitionId, Running>,
+    /// The open partitions by their last use as the registry last saw it, oldest first (see
+    /// [`PartitionRegistry::least_recently_used`]). Entries of partitions closed since, or
+    /// used since, are stale and set right when they come up.
+    by_use: BinaryHeap<Reverse<(u64, u64, PartitionId)>>,
     /// Partitions draining, and who waits to open them again.
     closing: HashMap<PartitionId, Vec<oneshot::Sender<()>>>,
     generations: u64,
@@ -222,8 +224,6 @@ struct Running {
     addr: Addr<PartitionActor>,
     generation: u64,
     usage: Arc<Usage>,
-    /// The partition's last use when the registry last looked (see `usage` for the latest).
-    seen: u64,
     /// The partition's store, for reads that must not count as its activity (metrics).
     store: Arc<LogStore>,
 }
@@ -272,7 +272,8 @@ impl PartitionRegistry {
             cold,
             clock,
             dead_letter_for,
-            running: LinkedHashMap::new(),
+            running: HashMap::new(),
+            by_use: BinaryHeap::new(),
             closing: HashMap::new(),
             generations: 0,
             memory_returned: std::time::Instant::now(),
@@ -366,19 +367,17 @@ impl PartitionRegistry {
         let addr = PartitionActor::start(setup, store.clone());
         self.counters.opened.fetch_add(1, Ordering::Relaxed);
         log::debug!("partition {id} opened");
-        let running = Running {
-            addr: addr.clone(),
-            generation: self.generations,
-            seen: usage.last_used(),
-            usage,
-            store,
-        };
-        // Opened without a use (for retention), it is the first to close for room.
-        if is_use {
-            self.running.insert(id.clone(), running);
-        } else {
-            self.running.insert_front(id.clone(), running);
-        }
+        // Opened without a use (for retention), its last use is 0: the first to close.
+        self.remember_use(id.clone(), self.generations, usage.last_used());
+        self.running.insert(
+            id.clone(),
+            Running {
+                addr: addr.clone(),
+                generation: self.generations,
+                usage,
+                store,
+            },
+        );
         Ok(Some(addr))
     }
 
@@ -400,34 +399,53 @@ impl PartitionRegistry {
     }
 
     /// The open partition with nothing in flight whose last use is the oldest. Partitions are
-    /// used without the registry hearing of it (messages go to their actors), so `running`
-    /// learns late: a partition at the front that was used since it was last seen goes to the
-    /// back. Each such move follows a use, so a choice costs O(1) amortized, whatever the
-    /// number open, plus one step for each busy partition passed over (they keep their place);
-    /// only when every open partition is busy does it look at them all (twice at most).
+    /// used without the registry hearing of it (messages go to their actors), so `by_use`
+    /// learns late: an entry that comes up older than its partition's last use goes back in
+    /// with that use, one closed or reopened since is dropped. Each re-entry follows a use or
+    /// an open, so a choice costs O(log n) amortized, whatever the number open, plus one step
+    /// for each busy partition passed over; only when every open partition is busy does it
+    /// look at them all.
+    ///
+    /// An ordered map moving each entry to its end when a use is found would choose in O(1),
+    /// but wrongly: it learns of a use only when the entry comes up, so the entry would go
+    /// behind partitions used after it.
     fn least_recently_used(&mut self) -> Option<PartitionId> {
         let mut busy = Vec::new();
-        let mut victim = None;
-        for _ in 0..2 * self.running.len() {
-            let Some(mut front) = self.running.front_entry() else {
-                break;
+        let victim = loop {
+            let Some(Reverse((seen, generation, id))) = self.by_use.pop() else {
+                break None;
             };
-            let running = front.get_mut();
+            let Some(running) = self.running.get(&id) else {
+                continue;
+            };
             let used = running.usage.last_used();
-            if used > running.seen {
-                running.seen = used;
+            if running.generation != generation {
+                continue;
+            } else if used > seen {
+                self.by_use.push(Reverse((used, generation, id)));
             } else if running.usage.is_busy() {
-                busy.push(front.key().clone());
+                busy.push(Reverse((seen, generation, id)));
             } else {
-                victim = Some(front.key().clone());
-                break;
+                break Some(id);
             }
-            front.to_back();
-        }
-        for id in busy.iter().rev() {
-            self.running.to_front(id);
-        }
+        };
+        self.by_use.extend(busy);
         victim
+    }
+
+    /// Notes that `id` (opened as `generation`) was last used at `used`, and drops the stale
+    /// entries once they outnumber the open partitions.
+    fn remember_use(&mut self, id: PartitionId, generation: u64, used: u64) {
+        self.by_use.push(Reverse((used, generation, id)));
+        if self.by_use.len() > 2 * self.running.len() + 1_024 {
+            self.by_use = self
+                .running
+                .iter()
+                .map(|(id, running)| {
+                    Reverse((running.usage.last_used(), running.generation, id.clone()))
+                })
+                .collect();
+        }
     }
 
     /// Drains and stops a running partition; it may open again once the drain finished.
@@ -468,9 +486,7 @@ impl PartitionRegistry {
             registry.memory_returned = std::time::Instant::now();
             registry.signals.release_unused();
             registry.addresses.shrink();
-            if registry.running.capacity() > (registry.running.len() * 4).max(1_024) {
-                registry.running.shrink_to_fit();
-            }
+            shrink_map(&mut registry.running);
             shrink_map(&mut registry.closing);
             crate::memory::return_freed();
         });
