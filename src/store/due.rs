@@ -18,35 +18,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::StoreError;
 use super::volume::{Shared, Volume};
 
-/// The oldest hot record of partition `key`: its offset, the bytes appended before it and when
-/// it was appended. `oldest_recent` is its oldest record not yet indexed (`(offset, seq)`).
-/// Called under the writer lock, so no index pass moves records meanwhile.
-pub(super) fn oldest_hot(
-    conn: &Connection,
-    key: i64,
-    oldest_recent: Option<(u64, i64)>,
-) -> Result<Option<(u64, u64, i64)>, StoreError> {
-    // Indexed records are older than recent ones.
-    let indexed = conn
-        .prepare_cached(
-            "SELECT i.offset, r.end_bytes - r.bytes, r.appended_at FROM record_index AS i
-             JOIN records AS r ON r.seq = i.seq
-             WHERE i.partition = ?1 ORDER BY i.offset LIMIT 1",
-        )?
-        .query_row([key], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
-        .optional()?;
-    if indexed.is_some() {
-        return Ok(indexed);
-    }
-    let Some((offset, seq)) = oldest_recent else {
-        return Ok(None);
-    };
-    Ok(conn
-        .prepare_cached("SELECT end_bytes - bytes, appended_at FROM records WHERE seq = ?1")?
-        .query_row([seq], |row| Ok((offset, row.get(0)?, row.get(1)?)))
-        .optional()?)
-}
-
 /// Stores partition `key`'s due time.
 pub(super) fn store_due_at(conn: &Connection, key: i64, at: Option<i64>) -> Result<(), StoreError> {
     conn.prepare_cached("UPDATE partitions SET due_at = ?2 WHERE id = ?1")?
@@ -86,11 +57,24 @@ impl Volume {
         after: DuePosition,
         limit: usize,
     ) -> Result<Vec<DuePartition>, StoreError> {
-        self.shared().due(now, after, limit)
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.shared().snapshot(|conn| {
+            let mut statement = conn.prepare_cached(
+                "SELECT topic, partition, due_at, id FROM partitions
+                 WHERE due_at <= ?1 AND (due_at, id) > (?2, ?3)
+                 ORDER BY due_at, id LIMIT ?4",
+            )?;
+            let rows = statement.query_map(params![now, after.0, after.1, limit], |row| {
+                Ok(DuePartition {
+                    topic: row.get(0)?,
+                    partition: row.get(1)?,
+                    position: DuePosition(row.get(2)?, row.get(3)?),
+                })
+            })?;
+            Ok(rows.collect::<Result<_, _>>()?)
+        })
     }
-}
 
-impl Volume {
     /// Makes every partition with hot records due at once if the retention limits changed
     /// since the due times were computed (`limits` describes the limits in force, and is
     /// recorded), so that a lowered limit reaches partitions nobody touches. Costs one pass
@@ -127,28 +111,33 @@ impl Volume {
 }
 
 impl Shared {
-    fn due(
+    /// The oldest hot record of partition `key`: its offset, the bytes appended before it and
+    /// when it was appended. Called under the writer lock, so no index pass moves records
+    /// meanwhile.
+    pub(super) fn oldest_hot(
         &self,
-        now: i64,
-        after: DuePosition,
-        limit: usize,
-    ) -> Result<Vec<DuePartition>, StoreError> {
-        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-        self.snapshot(|conn| {
-            let mut statement = conn.prepare_cached(
-                "SELECT topic, partition, due_at, id FROM partitions
-                 WHERE due_at <= ?1 AND (due_at, id) > (?2, ?3)
-                 ORDER BY due_at, id LIMIT ?4",
-            )?;
-            let rows = statement.query_map(params![now, after.0, after.1, limit], |row| {
-                Ok(DuePartition {
-                    topic: row.get(0)?,
-                    partition: row.get(1)?,
-                    position: DuePosition(row.get(2)?, row.get(3)?),
-                })
-            })?;
-            Ok(rows.collect::<Result<_, _>>()?)
-        })
+        conn: &Connection,
+        key: i64,
+    ) -> Result<Option<(u64, u64, i64)>, StoreError> {
+        // Indexed records are older than recent ones.
+        let indexed = conn
+            .prepare_cached(
+                "SELECT i.offset, r.end_bytes - r.bytes, r.appended_at FROM record_index AS i
+                 JOIN records AS r ON r.seq = i.seq
+                 WHERE i.partition = ?1 ORDER BY i.offset LIMIT 1",
+            )?
+            .query_row([key], |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)))
+            .optional()?;
+        if indexed.is_some() {
+            return Ok(indexed);
+        }
+        let Some((offset, seq)) = self.oldest_recent(key) else {
+            return Ok(None);
+        };
+        Ok(conn
+            .prepare_cached("SELECT end_bytes - bytes, appended_at FROM records WHERE seq = ?1")?
+            .query_row([seq], |row| Ok((offset, row.get(0)?, row.get(1)?)))
+            .optional()?)
     }
 }
 

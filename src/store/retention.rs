@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::{Connection, params};
 
-use super::due::{oldest_hot, store_due_at};
+use super::due::store_due_at;
 use super::segment::{self, Encoded};
 use super::tail::{Due, Retention};
 use super::{Fault, LogStore, Record, StoreError, Tail, lock};
@@ -102,9 +102,17 @@ impl LogStore {
         // A damaged volume is never written, and what it says is uploaded is not trusted to
         // delete objects by.
         self.volume.shared().check_intact()?;
+        let trimmed = self.trim_to_limits().await?;
+        // A failed trim leaves the partition due: the next sweep tries again.
+        self.settle_due()?;
+        Ok(trimmed)
+    }
+
+    /// What [`LogStore::trim`] removes: the uploads left unindexed, then the records that break
+    /// a limit. The due time is settled by the caller.
+    async fn trim_to_limits(&self) -> Result<u64, StoreError> {
         let retention = self.options.retention;
         if retention.is_unlimited() && !self.may_have_unindexed_uploads() {
-            self.settle_due()?;
             return Ok(0);
         }
         // Released however this future ends: finished, failed, panicked or dropped mid-flush.
@@ -118,7 +126,6 @@ impl LogStore {
             );
         }
         if retention.is_unlimited() {
-            self.settle_due()?;
             return Ok(0);
         }
         // A pass that fails, or whose future is dropped mid-flush, may leave its segment stored
@@ -128,16 +135,18 @@ impl LogStore {
         if settled_before {
             self.uploads_unsettled.store(false, Ordering::SeqCst);
         }
-        // A failed trim leaves the partition due: the next sweep tries again.
-        self.settle_due()?;
         Ok(trimmed)
     }
 
     /// Stores when retention is next due, from the hot window the trim left (see `due.rs`).
     fn settle_due(&self) -> Result<(), StoreError> {
+        // Without limits nothing is ever due: only a stored due time needs clearing.
+        if self.options.retention.is_unlimited() && lock(&self.tail.due).at.is_none() {
+            return Ok(());
+        }
         let shared = self.volume.shared();
         self.write(|tx, tail| {
-            let oldest = oldest_hot(tx, self.key, shared.oldest_recent(self.key))?;
+            let oldest = shared.oldest_hot(tx, self.key)?;
             let mut settled = Due::of(None, oldest, *tail);
             settled.at = settled.computed(&self.options.retention, *tail, self.now_ms());
             let mut due = lock(&self.tail.due);

@@ -358,15 +358,7 @@ impl TopicCounters {
 
     fn add(&self, topic: &str, amounts: Three) {
         let mut counts = self.lock();
-        let room = counts.by_topic.len() < self.max_topics;
-        let counts = &mut *counts;
-        let counts = if let Some(counts) = counts.by_topic.get_mut(topic) {
-            counts
-        } else if room {
-            counts.by_topic.entry(topic.into()).or_default()
-        } else {
-            &mut counts.other
-        };
+        let (counts, _) = counts.of(topic, self.max_topics);
         for (count, amount) in counts.iter_mut().zip(amounts) {
             *count += amount;
         }
@@ -374,15 +366,22 @@ impl TopicCounters {
 
     /// Whether `topic` has series of its own, giving it them if there is room.
     fn admit(&self, topic: &str) -> bool {
-        let mut counts = self.lock();
-        if counts.by_topic.contains_key(topic) {
-            return true;
+        self.lock().of(topic, self.max_topics).1
+    }
+}
+
+impl Counts {
+    /// The counts `topic` adds to: its own (given a place if fewer than `max_topics` have one),
+    /// or else every other topic's sum; and whether they are its own.
+    fn of(&mut self, topic: &str, max_topics: usize) -> (&mut Three, bool) {
+        if !self.by_topic.contains_key(topic) {
+            if self.by_topic.len() >= max_topics {
+                return (&mut self.other, false);
+            }
+            self.by_topic.insert(topic.into(), Three::default());
         }
-        let room = counts.by_topic.len() < self.max_topics;
-        if room {
-            counts.by_topic.insert(topic.into(), Three::default());
-        }
-        room
+        let own = self.by_topic.get_mut(topic).expect("present or just added");
+        (own, true)
     }
 }
 

@@ -48,7 +48,6 @@ mod index;
 
 use super::commit_queue::{AppendRequest, CommitQueue};
 use super::damage::{self, DamageKind};
-use super::due::oldest_hot;
 use super::tail::{Due, Tail};
 use super::{StoreError, SyncMode, lock, schema};
 use health::{Damage, high_water_path, read_high_water};
@@ -491,7 +490,7 @@ impl Shared {
             next_offset,
             end_bytes,
         };
-        let oldest = oldest_hot(conn, key, self.oldest_recent(key))?;
+        let oldest = self.oldest_hot(conn, key)?;
         Ok((tail, Due::of(due_at, oldest, tail)))
     }
 
