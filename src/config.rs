@@ -123,6 +123,8 @@ pub struct Config {
     pub partitions: PartitionSettings,
     /// `[metrics]`: what `GET /metrics` shows.
     pub metrics: MetricsSettings,
+    /// `[replication]`: where an acknowledged write is kept besides this machine's disk.
+    pub replication: ReplicationSettings,
     /// `[topics.<name>]`: per-topic settings, already merged over the global sections.
     pub topics: BTreeMap<String, TopicSettings>,
 }
@@ -276,6 +278,84 @@ pub struct MetricsSettings {
     /// Topics with series of their own, the first seen since the server started; the counts
     /// of later ones are summed under `topic="(other)"`. Default: 1,000.
     pub max_topics: usize,
+}
+
+/// `[replication]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicationSettings {
+    /// Where writes land before their answer. Default: `none`.
+    pub kind: ReplicationKind,
+    /// Prefix of every replica object. Default: `replica`.
+    pub prefix: String,
+    /// This node's name in the bucket; empty: the host name. Default: empty.
+    pub node_id: String,
+    /// How long a window waits for more writes. Default: 2 ms.
+    pub commit_linger_ms: u64,
+    /// Largest window in bytes. Default: 8 MiB.
+    pub max_window_bytes: usize,
+    /// How long a write waits for its window before it is answered `unavailable`. Default: 10 s.
+    pub put_retry_ms: u64,
+}
+
+/// `replication.kind`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicationKind {
+    /// Writes are on this machine's disk only.
+    None,
+    /// Every write is in the `[cold]` S3 bucket before its answer.
+    S3,
+}
+
+impl ReplicationSettings {
+    /// `node_id`, or the host name when it is empty.
+    pub fn node(&self) -> String {
+        if !self.node_id.is_empty() {
+            return self.node_id.clone();
+        }
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .ok()
+            .or_else(|| std::env::var("HOSTNAME").ok())
+            .map(|name| name.trim().to_owned())
+            .filter(|name| is_key_component(name))
+            .unwrap_or_else(|| "node".to_owned())
+    }
+
+    fn validate(&self, cold: ColdKind) -> Result<(), ConfigError> {
+        if self.kind == ReplicationKind::None {
+            return Ok(());
+        }
+        if cold != ColdKind::S3 {
+            return Err(ConfigError::invalid(
+                "replication.kind",
+                "\"s3\" uses the [cold] S3 connection: cold.kind must be \"s3\" too",
+            ));
+        }
+        if !self.node_id.is_empty() && !is_key_component(&self.node_id) {
+            return Err(ConfigError::invalid(
+                "replication.node_id",
+                "must be letters, digits, '.', '_' or '-'",
+            ));
+        }
+        if self.prefix.is_empty() || self.prefix.split('/').any(|part| !is_key_component(part)) {
+            return Err(ConfigError::invalid(
+                "replication.prefix",
+                "must be '/'-separated parts of letters, digits, '.', '_' or '-'",
+            ));
+        }
+        positive("replication.max_window_bytes", self.max_window_bytes as u64)?;
+        positive("replication.put_retry_ms", self.put_retry_ms)
+    }
+}
+
+/// Whether `part` can name an object key's part as it is: not empty, and only letters, digits,
+/// `.`, `_` and `-`.
+fn is_key_component(part: &str) -> bool {
+    !part.is_empty()
+        && part
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
 }
 
 /// Open partitions allowed per MiB of the machine's memory when `partitions.max_open` is 0.
@@ -534,6 +614,7 @@ impl Config {
             ));
         }
         self.cold.validate()?;
+        self.replication.validate(self.cold.kind)?;
         positive("partitions.idle_stop_ms", self.partitions.idle_stop_ms)?;
         positive("storage.volumes", self.storage.volumes as u64)?;
         positive("storage.workers", self.storage.workers as u64)?;

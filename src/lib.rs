@@ -99,6 +99,7 @@ pub(crate) mod memory;
 pub mod names;
 pub mod partition;
 pub(crate) mod registry;
+mod replica;
 
 pub use registry::PartitionCounters;
 pub mod routing;

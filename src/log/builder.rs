@@ -11,12 +11,14 @@ use super::{Inner, Log};
 use crate::clock::Clock;
 use crate::cold::ColdStore;
 use crate::config::Config;
+use crate::config::ReplicationKind;
 use crate::error::Error;
 use crate::partition::DeadLetter;
 use crate::registry::{
     Addresses, DeadLetterFor, PartitionCounters, PartitionRegistry, RegistryParts, Signals,
 };
-use crate::store::{ColdFlushCounters, Volumes};
+use crate::replica::Replicator;
+use crate::store::{ColdFlushCounters, Stream, Volumes};
 
 /// Opens a [`Log`] with parts other than the configured ones.
 #[must_use]
@@ -68,7 +70,21 @@ impl LogBuilder {
             })?,
         };
         let storage = &config.storage;
-        let volumes = Volumes::open(&storage.data_dir, storage.volumes, storage.sync)
+        let stream = match config.replication.kind {
+            ReplicationKind::None => None,
+            ReplicationKind::S3 => Some(
+                Replicator::start(
+                    &config.replication,
+                    &config.cold.s3(),
+                    &storage.data_dir,
+                    storage.volumes,
+                )
+                .map_err(|err| {
+                    Error::unavailable(None, "cannot take the volumes", Some(err.into()))
+                })? as Arc<dyn Stream>,
+            ),
+        };
+        let volumes = Volumes::open(&storage.data_dir, storage.volumes, storage.sync, stream)
             .map_err(|err| Error::unavailable(None, err.to_string(), None))?;
         volumes
             .review_due_times(&config.retention_limits())

@@ -80,6 +80,14 @@ pub enum StoreError {
         /// The file and what is wrong with it.
         reason: String,
     },
+    /// The write did not land in the replica's stream (see `replication.rs`): its answer did
+    /// not come in time (it may still land; the volume refuses writes until that is known),
+    /// or another owner fenced the stream (it never will, and the volume refuses writes).
+    #[error("{reason}")]
+    Replica {
+        /// What the stream answered.
+        reason: String,
+    },
 }
 
 impl StoreError {
@@ -91,7 +99,8 @@ impl StoreError {
             | Self::Poisoned
             | Self::Thread(_)
             | Self::SchemaTooNew { .. }
-            | Self::Cold(_) => ErrorCode::Unavailable,
+            | Self::Cold(_)
+            | Self::Replica { .. } => ErrorCode::Unavailable,
             Self::InvalidOffset { .. } | Self::NegativeOffset { .. } => ErrorCode::InvalidOffset,
             Self::Truncated { .. } => ErrorCode::LogTruncated,
             Self::InvalidLimit => ErrorCode::InvalidRequest,
@@ -106,5 +115,12 @@ impl StoreError {
     /// refused before it changed anything.
     pub fn is_uncertain(&self) -> bool {
         !self.code().changed_nothing()
+    }
+
+    /// Whether a write that failed this way leaves the writing connection in a state to
+    /// reopen: every uncertain error but a replica's, whose transaction rolled back whole (the
+    /// volume settles its landing itself, see `replication.rs`).
+    pub(super) fn poisons(&self) -> bool {
+        self.is_uncertain() && !matches!(self, Self::Replica { .. })
     }
 }

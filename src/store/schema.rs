@@ -139,6 +139,17 @@ pub(super) const MIGRATIONS: &[&str] = &[
         limits TEXT    NOT NULL
     );
     ",
+    // 6: where this copy of a replicated volume stands on its replica's stream.
+    "
+    -- The last window of the replica's stream that this file holds: every change of the
+    -- windows before it and of it, none after. Never replicated (see `redo.rs`).
+    CREATE TABLE replica (
+        id   INTEGER PRIMARY KEY CHECK (id = 1),
+        node TEXT    NOT NULL,
+        inc  INTEGER NOT NULL,
+        seq  INTEGER NOT NULL
+    );
+    ",
 ];
 
 /// The schema version this program writes.

@@ -9,7 +9,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{DuePartition, DuePosition, LogStore, StoreError, StoreOptions, SyncMode, Volume};
+use super::{
+    DuePartition, DuePosition, LogStore, StoreError, StoreOptions, Stream, SyncMode, Volume,
+    VolumeReplica,
+};
 use crate::error_code::with_causes;
 use crate::names::{PartitionId, validate_topic};
 
@@ -55,13 +58,19 @@ pub(crate) enum VolumesError {
 
 impl Volumes {
     /// Opens every volume of the data folder `dir` (at least `spread`, the volumes new
-    /// partitions are spread over), committing with `sync`. A volume that cannot be opened
+    /// partitions are spread over), committing with `sync`, and landing every write in
+    /// `stream` first when one is given (see `replication.rs`). A volume that cannot be opened
     /// (damaged) is logged and left out, so the others serve on. Blocks on SQLite.
     ///
     /// # Errors
     /// [`VolumesError`] when a volume was written by a newer version, or `dir` is a folder of
     /// the earlier one-database-per-partition layout.
-    pub(crate) fn open(dir: &Path, spread: usize, sync: SyncMode) -> Result<Self, VolumesError> {
+    pub(crate) fn open(
+        dir: &Path,
+        spread: usize,
+        sync: SyncMode,
+        stream: Option<Arc<dyn Stream>>,
+    ) -> Result<Self, VolumesError> {
         if let Some(file) = earlier_layout_file(dir) {
             return Err(VolumesError::EarlierLayout {
                 dir: dir.to_owned(),
@@ -76,7 +85,11 @@ impl Volumes {
         let mut unopened = Vec::new();
         for index in 0..count {
             let path = dir.join(Volume::file_name(index));
-            match Volume::open(&path, sync) {
+            let replica = stream.clone().map(|stream| VolumeReplica {
+                stream,
+                volume: index,
+            });
+            match Volume::open_replicated(&path, sync, replica) {
                 Ok(volume) => volumes.push(Some(volume)),
                 Err(error @ StoreError::SchemaTooNew { .. }) => {
                     return Err(VolumesError::TooNew { path, error });
@@ -308,7 +321,7 @@ mod tests {
         std::fs::create_dir(earlier.parent().unwrap()).expect("topic folder");
         std::fs::write(&earlier, b"").expect("partition file");
 
-        let err = Volumes::open(dir.path(), 1, SyncMode::Normal)
+        let err = Volumes::open(dir.path(), 1, SyncMode::Normal, None)
             .err()
             .expect("refused");
         assert!(matches!(&err, VolumesError::EarlierLayout { file, .. } if *file == earlier));

@@ -90,6 +90,8 @@ impl Shared {
             {
                 Next::Group(group) => group,
                 Next::Idle => {
+                    // A landing not known in time is settled as soon as its outcome is.
+                    let _ = self.settle(&mut lock(&self.writer).conn);
                     let _ = self.index();
                     self.record_high_water(&mut high_water);
                     if !cache_released && last_group.elapsed() >= RELEASE_CACHE_WHEN_IDLE {
@@ -160,11 +162,13 @@ impl Shared {
         }
         let mut last_seq = writer.last_seq;
         let committed = (|| {
+            self.settle(&mut writer.conn)?;
             let tx = writer
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
             let staged = self.stage_group(&tx, &group, &mut last_seq)?;
             self.injected_fault(Fault::BeforeCommit)?;
+            self.land(&tx)?;
             tx.commit()?;
             Ok::<_, StoreError>(staged)
         })();
@@ -175,7 +179,7 @@ impl Shared {
             }
             Err(err) => {
                 let err = self.classify(err);
-                if err.is_uncertain() {
+                if err.poisons() {
                     self.poison(&err);
                 }
                 answer_all(group, err);

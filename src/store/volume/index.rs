@@ -77,7 +77,7 @@ impl Shared {
         });
         if let Err(err) = result {
             let err = self.classify(err);
-            if err.is_uncertain() {
+            if err.poisons() {
                 self.poison(&err);
             }
             return Err(err);

@@ -26,7 +26,7 @@
 //! due times, reviewed limits), and `Shared::unsynced` (what can be rebuilt or forgotten: a new
 //! partition's row before its first durable write, index passes). Migrations run once at open.
 //!
-//! Lock order: `Shared::writer` before `Shared::recent`, and before a partition's
+//! Lock order: `Shared::writer` before `Shared::recent` and `Shared::pending`, and before a partition's
 //! `PartitionTail` locks (`tail`, `due`); `recent` is never held while taking `writer`. The
 //! commit queue's and the trim locks' own locks are never held while taking any other.
 
@@ -48,6 +48,7 @@ mod index;
 
 use super::commit_queue::{AppendRequest, CommitQueue};
 use super::damage::{self, DamageKind};
+use super::replication::{PendingLanding, VolumeReplica};
 use super::tail::{Due, Tail};
 use super::{StoreError, SyncMode, lock, schema};
 use health::{Damage, high_water_path, read_high_water};
@@ -84,7 +85,7 @@ struct Writer {
 
 /// What the volume's threads share.
 pub(super) struct Shared {
-    path: PathBuf,
+    pub(super) path: PathBuf,
     sync: SyncMode,
     writer: Mutex<Writer>,
     readers: r2d2::Pool<SqliteConnectionManager>,
@@ -103,6 +104,13 @@ pub(super) struct Shared {
     /// The trim lock of each partition that has a store open, shared by all of them (see
     /// [`Shared::trim_lock`]); an entry goes with the last store that holds it.
     trim_locks: Mutex<HashMap<i64, Weak<TrimLock>>>,
+    /// Where every write lands before it commits, when the volume is replicated (see
+    /// `replication.rs`).
+    pub(super) replica: Option<VolumeReplica>,
+    /// A landing whose outcome was not known in time; taken under the writer lock.
+    pub(super) pending: Mutex<Option<PendingLanding>>,
+    /// Why the volume refuses writes for good: its stream was fenced by another owner.
+    pub(super) fenced: std::sync::OnceLock<String>,
 }
 
 /// Held while a partition trims or removes unindexed uploads.
@@ -175,6 +183,19 @@ impl Volume {
     /// [`StoreError::Sqlite`] when the file cannot be opened or migrated,
     /// [`StoreError::SchemaTooNew`] when a newer version wrote it.
     pub fn open(path: impl AsRef<Path>, sync: SyncMode) -> Result<Arc<Self>, StoreError> {
+        Self::open_replicated(path, sync, None)
+    }
+
+    /// [`Volume::open`], landing every write in `replica`'s stream before it commits when one
+    /// is given (see `replication.rs`).
+    ///
+    /// # Errors
+    /// As [`Volume::open`].
+    pub fn open_replicated(
+        path: impl AsRef<Path>,
+        sync: SyncMode,
+        replica: Option<VolumeReplica>,
+    ) -> Result<Arc<Self>, StoreError> {
         let path = path.as_ref().to_path_buf();
         let conn = open_writer(&path, sync)?;
         let manager = SqliteConnectionManager::file(&path)
@@ -210,7 +231,11 @@ impl Volume {
             damaged: std::sync::OnceLock::new(),
             faults: Default::default(),
             trim_locks: Mutex::default(),
+            replica,
+            pending: Mutex::default(),
+            fenced: std::sync::OnceLock::new(),
         });
+        shared.capture(&lock(&shared.writer).conn)?;
         let high_water = read_high_water(&shared.path);
         let durable = lock(&shared.writer).last_seq;
         if high_water > durable {
@@ -399,18 +424,20 @@ impl Shared {
         if self.refuses_writes(epoch) {
             return Err(StoreError::Poisoned);
         }
+        self.settle(&mut writer.conn)?;
         let result = (|| -> Result<T, StoreError> {
             let tx = writer
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = work(&tx)?;
             self.injected_fault(Fault::BeforeCommit)?;
+            self.land(&tx)?;
             tx.commit()?;
             Ok(value)
         })()
         .map_err(|err| self.classify(err));
         if let Err(err) = &result
-            && err.is_uncertain()
+            && err.poisons()
         {
             self.poison(err);
         }
@@ -501,10 +528,12 @@ impl Shared {
         conn: &mut Connection,
         work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.settle(conn)?;
         conn.pragma_update(None, "synchronous", "OFF")?;
         let result = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = work(&tx)?;
+            self.land(&tx)?;
             tx.commit()?;
             Ok(value)
         })();
@@ -517,6 +546,7 @@ impl Shared {
     /// refusing writes; reopening them loads their log's end anew.
     fn recover(&self, writer: &mut Writer) -> Result<(), StoreError> {
         writer.conn = open_writer(&self.path, self.sync)?;
+        self.capture(&writer.conn)?;
         writer.load_positions()?;
         lock(&self.recent).clear();
         // The in-memory index starts empty: index everything the reopened file holds.

@@ -1,0 +1,354 @@
+//! What the replica stores in the bucket, and under which keys.
+//!
+//! - `{prefix}/volumes`: how many volumes the bucket's data is spread over, fixed at first use.
+//! - `{prefix}/wal/{node}/{inc}/{seq}`: a node incarnation's write-ahead stream. Each object is
+//!   a [`Window`] (what the node's volumes committed together) or a [`FENCE`] (the stream is
+//!   sealed there: another node took its volumes). Seq 0 claims the incarnation.
+//! - `{prefix}/vol/{volume}/manifest`: a volume's [`Manifest`].
+//! - `{prefix}/vol/{volume}/snapshot/{node}-{inc}-{seq}`: a copy of a volume's database file.
+//!
+//! Numbers in keys are zero-padded, so keys sort as their numbers do.
+
+use serde::{Deserialize, Serialize};
+
+use crate::store::Position;
+
+/// What begins a window, with its format's version.
+const WINDOW: &[u8] = b"DURABILITY-WINDOW-1\n";
+/// What begins a fence.
+const FENCE: &[u8] = b"DURABILITY-FENCE-1\n";
+
+/// The object keys of one bucket prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.trim_end_matches('/').to_owned(),
+        }
+    }
+
+    pub(crate) fn volumes(&self) -> String {
+        format!("{}/volumes", self.prefix)
+    }
+
+    /// The folder of `node`'s incarnations.
+    pub(crate) fn incarnations(&self, node: &str) -> String {
+        format!("{}/wal/{node}/", self.prefix)
+    }
+
+    /// The folder of one incarnation's stream.
+    pub(crate) fn stream(&self, node: &str, inc: u64) -> String {
+        format!("{}/wal/{node}/{inc:010}/", self.prefix)
+    }
+
+    pub(crate) fn window(&self, node: &str, inc: u64, seq: u64) -> String {
+        format!("{}{seq:016}", self.stream(node, inc))
+    }
+
+    pub(crate) fn manifest(&self, volume: usize) -> String {
+        format!("{}/vol/{volume:04}/manifest", self.prefix)
+    }
+
+    pub(crate) fn snapshot(&self, volume: usize, at: &Position) -> String {
+        format!(
+            "{}/vol/{volume:04}/snapshot/{}-{:010}-{:016}",
+            self.prefix, at.node, at.inc, at.seq
+        )
+    }
+}
+
+/// One volume's part of a window.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Section {
+    pub volume: usize,
+    /// The volume's manifest epoch when its owner wrote the window.
+    pub epoch: u64,
+    /// Where its changes lie in the window's body.
+    pub offset: usize,
+    pub len: usize,
+    /// CRC-32C of those bytes.
+    pub crc: u32,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct Header {
+    node: String,
+    inc: u64,
+    seq: u64,
+    sections: Vec<Section>,
+}
+
+/// What one window of a stream holds: each volume's changes, in commit order.
+#[derive(Debug)]
+pub(crate) struct Window {
+    sections: Vec<Section>,
+    body: Vec<u8>,
+}
+
+/// A stream object, read back.
+#[derive(Debug)]
+pub(crate) enum StreamObject {
+    Window(Window),
+    /// The stream is sealed here.
+    Fence,
+}
+
+impl Window {
+    /// Encodes a window of `changes` (volume, epoch, redo), written by `at`.
+    pub(crate) fn encode(at: &Position, changes: &[(usize, u64, &[u8])]) -> Vec<u8> {
+        let mut body = Vec::new();
+        let sections = changes
+            .iter()
+            .map(|&(volume, epoch, redo)| {
+                let section = Section {
+                    volume,
+                    epoch,
+                    offset: body.len(),
+                    len: redo.len(),
+                    crc: crc32c::crc32c(redo),
+                };
+                body.extend_from_slice(redo);
+                section
+            })
+            .collect();
+        let header = Header {
+            node: at.node.clone(),
+            inc: at.inc,
+            seq: at.seq,
+            sections,
+        };
+        let mut bytes = WINDOW.to_vec();
+        serde_json::to_writer(&mut bytes, &header).expect("a header serializes");
+        bytes.push(b'\n');
+        bytes.extend_from_slice(&body);
+        bytes
+    }
+
+    /// The changes of volume `volume` in this window, in order.
+    pub(crate) fn changes_of(&self, volume: usize) -> impl Iterator<Item = &[u8]> {
+        self.sections
+            .iter()
+            .filter(move |section| section.volume == volume)
+            .map(|section| &self.body[section.offset..section.offset + section.len])
+    }
+}
+
+/// A fence written by `by`.
+pub(crate) fn fence(by: &Position) -> Vec<u8> {
+    let mut bytes = FENCE.to_vec();
+    serde_json::to_writer(&mut bytes, by).expect("a position serializes");
+    bytes
+}
+
+/// Whether `bytes` are a fence.
+pub(crate) fn is_fence(bytes: &[u8]) -> bool {
+    bytes.starts_with(FENCE)
+}
+
+/// Reads a stream object; an error says what is wrong with it.
+pub(crate) fn decode(bytes: &[u8]) -> Result<StreamObject, String> {
+    if is_fence(bytes) {
+        return Ok(StreamObject::Fence);
+    }
+    let rest = bytes
+        .strip_prefix(WINDOW)
+        .ok_or("neither a window nor a fence")?;
+    let end = rest
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or("a window without a header")?;
+    let header: Header =
+        serde_json::from_slice(&rest[..end]).map_err(|err| format!("a window header: {err}"))?;
+    let body = rest[end + 1..].to_vec();
+    for section in &header.sections {
+        let bytes = section
+            .offset
+            .checked_add(section.len)
+            .and_then(|end| body.get(section.offset..end))
+            .ok_or("a section beyond the window's end")?;
+        if crc32c::crc32c(bytes) != section.crc {
+            return Err(format!(
+                "volume {}'s section fails its checksum",
+                section.volume
+            ));
+        }
+    }
+    Ok(StreamObject::Window(Window {
+        sections: header.sections,
+        body,
+    }))
+}
+
+/// A run of one incarnation's stream that belongs to a volume's history: windows `first` up
+/// to `end` (exclusive), or every window from `first` while the stream is open (`end` none).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Segment {
+    pub node: String,
+    pub inc: u64,
+    pub first: u64,
+    pub end: Option<u64>,
+}
+
+impl Segment {
+    /// Whether window `at` belongs to this segment.
+    pub(crate) fn holds(&self, at: &Position) -> bool {
+        at.node == self.node
+            && at.inc == self.inc
+            && at.seq >= self.first
+            && self.end.is_none_or(|end| at.seq < end)
+    }
+}
+
+/// A copy of a volume's database file, holding every window through `position`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Snapshot {
+    pub key: String,
+    pub position: Option<Position>,
+}
+
+/// Who owns a volume: a node incarnation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Owner {
+    pub node: String,
+    pub inc: u64,
+}
+
+/// A volume's history: a snapshot to start from (none: an empty volume), then the chain of
+/// stream segments since it, the last one its owner's open stream. Replaced only with
+/// `If-Match`; `version` grows on every write, so no two writes store the same bytes (an ETag
+/// is the MD5 of the bytes: two writers storing identical bytes could both match).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Manifest {
+    pub version: u64,
+    /// Grows with every change of owner.
+    pub epoch: u64,
+    pub owner: Owner,
+    pub snapshot: Option<Snapshot>,
+    pub chain: Vec<Segment>,
+}
+
+/// Where a copy of a volume continues its history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Resume {
+    /// From the start of segment `index` of the chain, the copy holding the snapshot.
+    Start,
+    /// After window `position`, in segment `segment` of the chain.
+    After { segment: usize, position: Position },
+}
+
+impl Manifest {
+    /// Where a copy at `position` (the last window it holds) continues, if it lies on this
+    /// history: at the snapshot's position, or on a segment of the chain.
+    pub(crate) fn resume(&self, position: Option<&Position>) -> Option<Resume> {
+        let at_snapshot = self.snapshot.as_ref().and_then(|s| s.position.as_ref());
+        if position == at_snapshot {
+            return Some(Resume::Start);
+        }
+        let position = position?;
+        self.chain
+            .iter()
+            .position(|segment| segment.holds(position))
+            .map(|segment| Resume::After {
+                segment,
+                position: position.clone(),
+            })
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).expect("a manifest serializes")
+    }
+
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Self, String> {
+        serde_json::from_slice(bytes).map_err(|err| format!("a manifest: {err}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seq: u64) -> Position {
+        Position {
+            node: "a".into(),
+            inc: 2,
+            seq,
+        }
+    }
+
+    /// A window reads back as each volume's changes in order; a flipped byte fails its
+    /// checksum; a fence reads back as a fence.
+    #[test]
+    fn windows_and_fences_read_back() {
+        let bytes = Window::encode(&at(7), &[(0, 1, b"first"), (3, 1, b"x"), (0, 1, b"second")]);
+        let StreamObject::Window(window) = decode(&bytes).unwrap() else {
+            panic!("a window")
+        };
+        assert_eq!(
+            window.changes_of(0).collect::<Vec<_>>(),
+            vec![&b"first"[..], &b"second"[..]]
+        );
+        assert_eq!(window.changes_of(3).collect::<Vec<_>>(), vec![&b"x"[..]]);
+        assert_eq!(window.changes_of(1).count(), 0);
+        let mut damaged = bytes.clone();
+        *damaged.last_mut().unwrap() ^= 1;
+        assert!(decode(&damaged).is_err());
+        assert!(matches!(decode(&fence(&at(9))), Ok(StreamObject::Fence)));
+        assert!(decode(b"junk").is_err());
+    }
+
+    /// A copy resumes where its position lies on the history, and nowhere when it does not.
+    #[test]
+    fn a_copy_resumes_on_its_history_only() {
+        let manifest = Manifest {
+            version: 3,
+            epoch: 2,
+            owner: Owner {
+                node: "b".into(),
+                inc: 1,
+            },
+            snapshot: None,
+            chain: vec![
+                Segment {
+                    node: "a".into(),
+                    inc: 2,
+                    first: 1,
+                    end: Some(10),
+                },
+                Segment {
+                    node: "b".into(),
+                    inc: 1,
+                    first: 1,
+                    end: None,
+                },
+            ],
+        };
+        assert_eq!(manifest.resume(None), Some(Resume::Start));
+        assert_eq!(
+            manifest.resume(Some(&at(9))),
+            Some(Resume::After {
+                segment: 0,
+                position: at(9)
+            })
+        );
+        assert_eq!(manifest.resume(Some(&at(10))), None, "past the seal");
+        let other = Position {
+            node: "b".into(),
+            inc: 1,
+            seq: 500,
+        };
+        assert!(matches!(
+            manifest.resume(Some(&other)),
+            Some(Resume::After { segment: 1, .. })
+        ));
+        let stale = Position {
+            node: "a".into(),
+            inc: 1,
+            seq: 3,
+        };
+        assert_eq!(manifest.resume(Some(&stale)), None);
+    }
+}

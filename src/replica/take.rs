@@ -1,0 +1,330 @@
+//! Taking a node's volumes at start: claim a new incarnation, bring each volume's local copy
+//! up to its history in the bucket, seal the previous owner's stream, and record the new owner.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::ReplicaError;
+use super::format::{
+    Keys, Manifest, Owner, Resume, Segment, Snapshot, StreamObject, Window, decode, fence,
+};
+use super::objects::{Objects, Put};
+use crate::store::{LocalCopy, Position, Volume};
+
+/// Most bytes of windows kept in memory while the volumes are taken, so the volumes that share
+/// a stream read each window once.
+const CACHE_BYTES: usize = 256 << 20;
+
+/// A node incarnation taking its volumes.
+pub(super) struct Taker<'a> {
+    pub objects: &'a Objects,
+    pub keys: &'a Keys,
+    pub node: &'a str,
+    pub inc: u64,
+    /// Where each stream taken from another incarnation was sealed.
+    seals: HashMap<(String, u64), u64>,
+    cache: HashMap<String, Arc<StreamObject>>,
+    cached_bytes: usize,
+}
+
+/// Checks that the bucket's data is spread over `volumes` volumes, recording it at first use.
+pub(super) async fn fix_volume_count(
+    objects: &Objects,
+    keys: &Keys,
+    volumes: usize,
+) -> Result<(), ReplicaError> {
+    let count = volumes.to_string();
+    let found = match objects.get(&keys.volumes()).await? {
+        Some((bytes, _)) => bytes,
+        None => match objects.create(&keys.volumes(), count.as_bytes()).await? {
+            Put::Stored => return Ok(()),
+            Put::ConditionFailed => objects
+                .get(&keys.volumes())
+                .await?
+                .map(|(bytes, _)| bytes)
+                .unwrap_or_default(),
+        },
+    };
+    if found == count.as_bytes() {
+        return Ok(());
+    }
+    Err(ReplicaError::Refused(format!(
+        "the bucket's data is spread over {} volumes ({}), and storage.volumes is {volumes}: \
+         the count is fixed when a bucket is first used",
+        String::from_utf8_lossy(&found),
+        keys.volumes()
+    )))
+}
+
+/// Claims a new incarnation of `node`: one past the largest listed, or the next free.
+pub(super) async fn claim(objects: &Objects, keys: &Keys, node: &str) -> Result<u64, ReplicaError> {
+    let listed = objects.folders(&keys.incarnations(node)).await?;
+    let mut inc = listed
+        .iter()
+        .filter_map(|folder| folder.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
+        + 1;
+    loop {
+        let start = Position {
+            node: node.to_owned(),
+            inc,
+            seq: 0,
+        };
+        match objects
+            .create(&keys.window(node, inc, 0), &Window::encode(&start, &[]))
+            .await?
+        {
+            Put::Stored => return Ok(inc),
+            Put::ConditionFailed => inc += 1,
+        }
+    }
+}
+
+impl<'a> Taker<'a> {
+    pub(super) fn new(objects: &'a Objects, keys: &'a Keys, node: &'a str, inc: u64) -> Self {
+        Self {
+            objects,
+            keys,
+            node,
+            inc,
+            seals: HashMap::new(),
+            cache: HashMap::new(),
+            cached_bytes: 0,
+        }
+    }
+
+    fn owner(&self) -> Owner {
+        Owner {
+            node: self.node.to_owned(),
+            inc: self.inc,
+        }
+    }
+
+    /// Makes the copy of volume `volume` in `data_dir` hold its whole history and this
+    /// incarnation its owner. Answers the volume's new epoch.
+    pub(super) async fn take(
+        &mut self,
+        data_dir: &Path,
+        volume: usize,
+    ) -> Result<u64, ReplicaError> {
+        let path = data_dir.join(Volume::file_name(volume));
+        let mut local = LocalCopy::open(&path)?;
+        let manifest_key = self.keys.manifest(volume);
+        let Some((bytes, etag)) = self.objects.get(&manifest_key).await? else {
+            return self.first_use(volume, &path, local).await;
+        };
+        let manifest = Manifest::decode(&bytes).map_err(ReplicaError::Refused)?;
+        let resume = match manifest.resume(local.position()?.as_ref()) {
+            Some(resume) => resume,
+            None => {
+                local.close()?;
+                set_aside(&path)?;
+                if let Some(snapshot) = &manifest.snapshot {
+                    let (bytes, _) = self.objects.get(&snapshot.key).await?.ok_or_else(|| {
+                        ReplicaError::Refused(format!("the snapshot {} is missing", snapshot.key))
+                    })?;
+                    std::fs::write(&path, bytes).map_err(|err| ReplicaError::io(&path, err))?;
+                }
+                local = LocalCopy::open(&path)?;
+                Resume::Start
+            }
+        };
+        let mut chain = manifest.chain.clone();
+        let (first, mut after) = match resume {
+            Resume::Start => (0, None),
+            Resume::After { segment, position } => (segment, Some(position.seq)),
+        };
+        for segment in &mut chain[first..] {
+            let start = after.take().map_or(segment.first, |seq| seq + 1);
+            self.replay(volume, &mut local, segment, start).await?;
+        }
+        chain.retain(|segment| segment.end != Some(segment.first));
+        chain.push(Segment {
+            node: self.node.to_owned(),
+            inc: self.inc,
+            first: 1,
+            end: None,
+        });
+        let next = Manifest {
+            version: manifest.version + 1,
+            epoch: manifest.epoch + 1,
+            owner: self.owner(),
+            snapshot: manifest.snapshot.clone(),
+            chain,
+        };
+        local.close()?;
+        match self
+            .objects
+            .replace(&manifest_key, &next.encode(), &etag)
+            .await?
+        {
+            Put::Stored => Ok(next.epoch),
+            Put::ConditionFailed => Err(taken_meanwhile(volume)),
+        }
+    }
+
+    /// A volume the bucket has no history of: its history starts here, from a snapshot of the
+    /// local copy when that holds data (a node moving to replication), else from empty.
+    async fn first_use(
+        &mut self,
+        volume: usize,
+        path: &Path,
+        local: LocalCopy,
+    ) -> Result<u64, ReplicaError> {
+        let snapshot = if local.holds_data()? {
+            let position = local.position()?;
+            let at = Position {
+                node: self.node.to_owned(),
+                inc: self.inc,
+                seq: 0,
+            };
+            let key = self.keys.snapshot(volume, &at);
+            let copy = sibling(path, "snapshot");
+            remove_if_present(&copy)?;
+            local.copy_to(&copy)?;
+            let bytes = std::fs::read(&copy).map_err(|err| ReplicaError::io(&copy, err))?;
+            remove_if_present(&copy)?;
+            self.objects.create(&key, &bytes).await?;
+            Some(Snapshot { key, position })
+        } else {
+            None
+        };
+        local.close()?;
+        let manifest = Manifest {
+            version: 1,
+            epoch: 1,
+            owner: self.owner(),
+            snapshot,
+            chain: vec![Segment {
+                node: self.node.to_owned(),
+                inc: self.inc,
+                first: 1,
+                end: None,
+            }],
+        };
+        match self
+            .objects
+            .create(&self.keys.manifest(volume), &manifest.encode())
+            .await?
+        {
+            Put::Stored => Ok(manifest.epoch),
+            Put::ConditionFailed => Err(taken_meanwhile(volume)),
+        }
+    }
+
+    /// Applies to `local` volume `volume`'s changes in `segment` from window `start` on. An
+    /// open segment (another incarnation's stream) is sealed at its first absent window: a
+    /// fence is created there, after which its writer can land nothing more.
+    async fn replay(
+        &mut self,
+        volume: usize,
+        local: &mut LocalCopy,
+        segment: &mut Segment,
+        start: u64,
+    ) -> Result<(), ReplicaError> {
+        let stream = (segment.node.clone(), segment.inc);
+        if segment.end.is_none() {
+            segment.end = self.seals.get(&stream).copied();
+        }
+        let mut seq = start;
+        while segment.end.is_none_or(|end| seq < end) {
+            let key = self.keys.window(&segment.node, segment.inc, seq);
+            match self.fetch(&key).await?.as_deref() {
+                Some(StreamObject::Window(window)) => {
+                    let at = Position {
+                        node: segment.node.clone(),
+                        inc: segment.inc,
+                        seq,
+                    };
+                    for changes in window.changes_of(volume) {
+                        local.apply(changes, &at)?;
+                    }
+                    seq += 1;
+                }
+                Some(StreamObject::Fence) if segment.end.is_none() => {
+                    segment.end = Some(seq);
+                }
+                None if segment.end.is_none() => {
+                    let by = Position {
+                        node: self.node.to_owned(),
+                        inc: self.inc,
+                        seq: 0,
+                    };
+                    if self.objects.create(&key, &fence(&by)).await? == Put::Stored {
+                        segment.end = Some(seq);
+                    }
+                    // Else a window or a fence landed meanwhile: read it.
+                }
+                Some(StreamObject::Fence) | None => {
+                    return Err(ReplicaError::Refused(format!(
+                        "{key}: volume {volume}'s history names this window, and it is not \
+                         there"
+                    )));
+                }
+            }
+        }
+        if let Some(end) = segment.end {
+            self.seals.insert(stream, end);
+        }
+        Ok(())
+    }
+
+    /// The stream object at `key`, read once while the volumes are taken.
+    async fn fetch(&mut self, key: &str) -> Result<Option<Arc<StreamObject>>, ReplicaError> {
+        if let Some(found) = self.cache.get(key) {
+            return Ok(Some(found.clone()));
+        }
+        let Some((bytes, _)) = self.objects.get(key).await? else {
+            return Ok(None);
+        };
+        let object =
+            Arc::new(decode(&bytes).map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?);
+        if self.cached_bytes + bytes.len() <= CACHE_BYTES {
+            self.cached_bytes += bytes.len();
+            self.cache.insert(key.to_owned(), object.clone());
+        }
+        Ok(Some(object))
+    }
+}
+
+fn taken_meanwhile(volume: usize) -> ReplicaError {
+    ReplicaError::Refused(format!(
+        "volume {volume} was taken by another node while this one took it"
+    ))
+}
+
+/// `path` with `-{suffix}` added to its name.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(format!("-{suffix}"));
+    name.into()
+}
+
+fn remove_if_present(path: &Path) -> Result<(), ReplicaError> {
+    match std::fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(err) => Err(ReplicaError::io(path, err)),
+    }
+}
+
+/// Moves a local copy that is not on its volume's history aside (renamed with the time, never
+/// deleted), with the files that describe it.
+fn set_aside(path: &Path) -> Result<(), ReplicaError> {
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |since| since.as_millis());
+    let aside = sibling(path, &format!("set-aside-{stamp}"));
+    log::warn!(
+        "{}: not on the volume's history in the bucket; moved to {} and rebuilt from the bucket",
+        path.display(),
+        aside.display()
+    );
+    std::fs::rename(path, &aside).map_err(|err| ReplicaError::io(path, err))?;
+    for suffix in ["wal", "shm", "hwm", "damaged"] {
+        remove_if_present(&sibling(path, suffix))?;
+    }
+    Ok(())
+}
