@@ -296,6 +296,14 @@ pub struct ReplicationSettings {
     pub max_window_bytes: usize,
     /// How long a write waits for its window before it is answered `unavailable`. Default: 10 s.
     pub put_retry_ms: u64,
+    /// A volume is snapshotted once it landed this many bytes since its last snapshot.
+    /// Default: 64 MiB.
+    pub snapshot_bytes: u64,
+    /// ... or once this long passed since its last snapshot with something landed. Default:
+    /// 10 min.
+    pub snapshot_interval_ms: u64,
+    /// How long an object no volume's history needs is kept before it is deleted. Default: 1 h.
+    pub gc_grace_ms: u64,
 }
 
 /// `replication.kind`.
@@ -345,6 +353,11 @@ impl ReplicationSettings {
             ));
         }
         positive("replication.max_window_bytes", self.max_window_bytes as u64)?;
+        positive("replication.snapshot_bytes", self.snapshot_bytes)?;
+        positive(
+            "replication.snapshot_interval_ms",
+            self.snapshot_interval_ms,
+        )?;
         positive("replication.put_retry_ms", self.put_retry_ms)
     }
 }

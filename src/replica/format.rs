@@ -35,6 +35,26 @@ impl Keys {
         format!("{}/volumes", self.prefix)
     }
 
+    /// The folder of every stream.
+    pub(crate) fn streams(&self) -> String {
+        format!("{}/wal/", self.prefix)
+    }
+
+    /// The node, incarnation and seq of the window key `key`, if it is one.
+    pub(crate) fn parse_window<'k>(&self, key: &'k str) -> Option<(&'k str, u64, u64)> {
+        let rest = key.strip_prefix(&self.streams())?;
+        let mut parts = rest.split('/');
+        let node = parts.next()?;
+        let inc = parts.next()?.parse().ok()?;
+        let seq = parts.next()?.parse().ok()?;
+        parts.next().is_none().then_some((node, inc, seq))
+    }
+
+    /// The folder of volume `volume`'s snapshots.
+    pub(crate) fn snapshots(&self, volume: usize) -> String {
+        format!("{}/vol/{volume:04}/snapshot/", self.prefix)
+    }
+
     /// The folder of `node`'s incarnations.
     pub(crate) fn incarnations(&self, node: &str) -> String {
         format!("{}/wal/{node}/", self.prefix)
@@ -55,8 +75,11 @@ impl Keys {
 
     pub(crate) fn snapshot(&self, volume: usize, at: &Position) -> String {
         format!(
-            "{}/vol/{volume:04}/snapshot/{}-{:010}-{:016}",
-            self.prefix, at.node, at.inc, at.seq
+            "{}{}-{:010}-{:016}",
+            self.snapshots(volume),
+            at.node,
+            at.inc,
+            at.seq
         )
     }
 }
@@ -207,7 +230,7 @@ impl Segment {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Snapshot {
     pub key: String,
-    pub position: Option<Position>,
+    pub position: Position,
 }
 
 /// Who owns a volume: a node incarnation.
@@ -244,8 +267,7 @@ impl Manifest {
     /// Where a copy at `position` (the last window it holds) continues, if it lies on this
     /// history: at the snapshot's position, or on a segment of the chain.
     pub(crate) fn resume(&self, position: Option<&Position>) -> Option<Resume> {
-        let at_snapshot = self.snapshot.as_ref().and_then(|s| s.position.as_ref());
-        if position == at_snapshot {
+        if position == self.snapshot.as_ref().map(|snapshot| &snapshot.position) {
             return Some(Resume::Start);
         }
         let position = position?;
@@ -256,6 +278,19 @@ impl Manifest {
                 segment,
                 position: position.clone(),
             })
+    }
+
+    /// The chain of segments after window `position`, which must lie on it: what a snapshot
+    /// holding every window through `position` still needs.
+    pub(crate) fn chain_after(&self, position: &Position) -> Option<Vec<Segment>> {
+        let at = self
+            .chain
+            .iter()
+            .position(|segment| segment.holds(position))?;
+        let mut chain = self.chain[at..].to_vec();
+        chain[0].first = position.seq + 1;
+        chain.retain(|segment| segment.end != Some(segment.first));
+        Some(chain)
     }
 
     pub(crate) fn encode(&self) -> Vec<u8> {
@@ -350,5 +385,12 @@ mod tests {
             seq: 3,
         };
         assert_eq!(manifest.resume(Some(&stale)), None);
+        assert_eq!(manifest.chain_after(&stale), None);
+        let after = manifest.chain_after(&at(9)).unwrap();
+        assert_eq!(after.len(), 1, "segment a/2 is used up: {after:?}");
+        assert_eq!((after[0].first, after[0].end), (1, None));
+        let after = manifest.chain_after(&at(4)).unwrap();
+        assert_eq!((after[0].first, after[0].end), (5, Some(10)));
+        assert_eq!(after.len(), 2);
     }
 }

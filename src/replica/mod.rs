@@ -12,20 +12,21 @@
 //! names the new owner (`If-Match`).
 
 mod format;
+mod maintenance;
 mod objects;
 mod take;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::mpsc::RecvTimeoutError;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
 use crate::cold::S3Settings;
 use crate::config::ReplicationSettings;
 use crate::store::{Landed, Landing, Position, StoreError, Stream, Volume};
-use format::{Keys, Window, is_fence};
+use format::{Keys, Manifest, Window, is_fence};
 use objects::{ObjectError, Objects, Put};
 
 /// Why the volumes cannot be taken.
@@ -79,6 +80,31 @@ impl std::fmt::Debug for Replicator {
     }
 }
 
+/// A volume this incarnation owns: its manifest as last written, and what it landed since its
+/// last snapshot.
+struct Held {
+    manifest: Manifest,
+    etag: String,
+    since_snapshot: u64,
+    snapshot_at: Instant,
+    snapshotting: bool,
+}
+
+/// What the node's stream and its maintenance share.
+struct Node {
+    objects: Objects,
+    keys: Keys,
+    node: String,
+    inc: u64,
+    data_dir: PathBuf,
+    volumes: Vec<tokio::sync::Mutex<Held>>,
+    /// One snapshot or collection at a time.
+    maintenance: tokio::sync::Mutex<maintenance::Unneeded>,
+    snapshot_bytes: u64,
+    snapshot_interval: Duration,
+    gc_grace: Duration,
+}
+
 impl Replicator {
     /// Takes the `volumes` volumes of `data_dir` for this node (see the module docs) and starts
     /// its stream. Blocks until the volumes are taken.
@@ -99,13 +125,11 @@ impl Replicator {
             )));
         }
         let objects = Objects::new(s3)?;
-        let keys = Keys::new(&settings.prefix);
-        let node = settings.node();
+        let settings = settings.clone();
         let data_dir = data_dir.to_owned();
-        let linger = Duration::from_millis(settings.commit_linger_ms);
-        let max_window_bytes = settings.max_window_bytes;
         let (submissions, queued) = mpsc::unbounded_channel();
         let (started, taken) = std::sync::mpsc::channel();
+        let put_retry = Duration::from_millis(settings.put_retry_ms);
         std::thread::Builder::new()
             .name("durability-replica".into())
             .spawn(move || {
@@ -120,32 +144,11 @@ impl Replicator {
                     }
                 };
                 runtime.block_on(async move {
-                    let taken = async {
-                        take::fix_volume_count(&objects, &keys, volumes).await?;
-                        let inc = take::claim(&objects, &keys, &node).await?;
-                        let mut taker = take::Taker::new(&objects, &keys, &node, inc);
-                        let mut epochs = Vec::with_capacity(volumes);
-                        for volume in 0..volumes {
-                            epochs.push(taker.take(&data_dir, volume).await?);
-                        }
-                        log::info!("replica: took {volumes} volumes as {node} incarnation {inc}");
-                        Ok::<_, ReplicaError>((inc, epochs))
-                    };
-                    match taken.await {
-                        Ok((inc, epochs)) => {
+                    match Node::take(objects, &settings, data_dir, volumes).await {
+                        Ok(node) => {
                             let _ = started.send(Ok(()));
-                            let writer = StreamWriter {
-                                objects,
-                                keys,
-                                node,
-                                inc,
-                                next_seq: 1,
-                                epochs,
-                                linger,
-                                max_window_bytes,
-                                fenced: None,
-                            };
-                            writer.run(queued).await;
+                            tokio::spawn(node.clone().collect_garbage());
+                            StreamWriter::new(node, &settings).run(queued).await;
                         }
                         Err(err) => {
                             let _ = started.send(Err(err));
@@ -159,8 +162,62 @@ impl Replicator {
             .map_err(|_| ReplicaError::Refused("the replica's thread stopped".into()))??;
         Ok(Arc::new(Self {
             submissions,
-            put_retry: Duration::from_millis(settings.put_retry_ms),
+            put_retry,
         }))
+    }
+}
+
+impl Node {
+    /// Claims an incarnation and takes every volume (see [`take`]).
+    async fn take(
+        objects: Objects,
+        settings: &ReplicationSettings,
+        data_dir: PathBuf,
+        volumes: usize,
+    ) -> Result<Arc<Self>, ReplicaError> {
+        let keys = Keys::new(&settings.prefix);
+        let node = settings.node();
+        take::fix_volume_count(&objects, &keys, volumes).await?;
+        let inc = take::claim(&objects, &keys, &node).await?;
+        let mut held = Vec::with_capacity(volumes);
+        {
+            let mut taker = take::Taker::new(&objects, &keys, &node, inc);
+            for volume in 0..volumes {
+                let (manifest, etag) = taker.take(&data_dir, volume).await?;
+                held.push(tokio::sync::Mutex::new(Held {
+                    manifest,
+                    etag,
+                    since_snapshot: 0,
+                    snapshot_at: Instant::now(),
+                    snapshotting: false,
+                }));
+            }
+        }
+        log::info!("replica: took {volumes} volumes as {node} incarnation {inc}");
+        Ok(Arc::new(Self {
+            objects,
+            keys,
+            node,
+            inc,
+            data_dir,
+            volumes: held,
+            maintenance: tokio::sync::Mutex::default(),
+            snapshot_bytes: settings.snapshot_bytes,
+            snapshot_interval: Duration::from_millis(settings.snapshot_interval_ms),
+            gc_grace: Duration::from_millis(settings.gc_grace_ms),
+        }))
+    }
+
+    /// Counts `bytes` landed for volume `volume`, and starts its snapshot when one is due.
+    async fn landed(self: &Arc<Self>, volume: usize, bytes: usize) {
+        let mut held = self.volumes[volume].lock().await;
+        held.since_snapshot += bytes as u64;
+        let due = held.since_snapshot >= self.snapshot_bytes
+            || held.snapshot_at.elapsed() >= self.snapshot_interval;
+        if due && !held.snapshotting {
+            held.snapshotting = true;
+            tokio::spawn(self.clone().snapshot_and_collect(volume));
+        }
     }
 }
 
@@ -192,10 +249,7 @@ const RETRY_PAUSES: (Duration, Duration) = (Duration::from_millis(10), Duration:
 
 /// The writing end of an incarnation's stream.
 struct StreamWriter {
-    objects: Objects,
-    keys: Keys,
-    node: String,
-    inc: u64,
+    node: Arc<Node>,
     next_seq: u64,
     /// Each volume's epoch, written in its sections.
     epochs: Vec<u64>,
@@ -206,6 +260,22 @@ struct StreamWriter {
 }
 
 impl StreamWriter {
+    fn new(node: Arc<Node>, settings: &ReplicationSettings) -> Self {
+        let epochs = node
+            .volumes
+            .iter()
+            .map(|held| held.try_lock().map_or(0, |held| held.manifest.epoch))
+            .collect();
+        Self {
+            node,
+            next_seq: 1,
+            epochs,
+            linger: Duration::from_millis(settings.commit_linger_ms),
+            max_window_bytes: settings.max_window_bytes,
+            fenced: None,
+        }
+    }
+
     /// Stores what the volumes submit, a window at a time, and answers each submitter once its
     /// window's outcome is known.
     async fn run(mut self, mut queued: mpsc::UnboundedReceiver<Submission>) {
@@ -226,8 +296,15 @@ impl StreamWriter {
                 window.push(next);
             }
             let landed = self.store(&window).await;
-            for submission in window {
+            for submission in &window {
                 let _ = submission.reply.send(landed.clone());
+            }
+            if landed.is_ok() {
+                for submission in &window {
+                    self.node
+                        .landed(submission.volume, submission.redo.len())
+                        .await;
+                }
             }
         }
     }
@@ -237,9 +314,10 @@ impl StreamWriter {
         if let Some(reason) = &self.fenced {
             return Err(reason.clone());
         }
+        let node = &self.node;
         let at = Position {
-            node: self.node.clone(),
-            inc: self.inc,
+            node: node.node.clone(),
+            inc: node.inc,
             seq: self.next_seq,
         };
         let changes: Vec<(usize, u64, &[u8])> = window
@@ -247,15 +325,15 @@ impl StreamWriter {
             .map(|s| (s.volume, self.epochs[s.volume], &s.redo[..]))
             .collect();
         let bytes = Window::encode(&at, &changes);
-        let key = self.keys.window(&at.node, at.inc, at.seq);
+        let key = node.keys.window(&at.node, at.inc, at.seq);
         let mut pause = RETRY_PAUSES.0;
         let mut failures = 0u32;
         loop {
-            let failure = match self.objects.create(&key, &bytes).await {
-                Ok(Put::Stored) => break,
+            let failure = match node.objects.create(&key, &bytes).await {
+                Ok(Put::Stored(_)) => break,
                 // Stored already (an earlier attempt whose answer was lost), a fence, or
                 // nothing readable yet.
-                Ok(Put::ConditionFailed) => match self.objects.get(&key).await {
+                Ok(Put::ConditionFailed) => match node.objects.get(&key).await {
                     Ok(Some((found, _))) if found == bytes => break,
                     Ok(Some((found, _))) => {
                         let reason = if is_fence(&found) {

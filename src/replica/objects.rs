@@ -33,8 +33,8 @@ fn failed(key: &str, err: impl std::fmt::Display) -> ObjectError {
 /// What a conditional write answered.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Put {
-    /// The object is stored.
-    Stored,
+    /// The object is stored, with this ETag.
+    Stored(String),
     /// The condition failed: the object exists (create-only) or changed (`If-Match`).
     ConditionFailed,
 }
@@ -77,7 +77,13 @@ impl Objects {
             .with_header(header.0, header.1)
             .map_err(|err| failed(key, err))?;
         match request.execute().await {
-            Ok(response) if response.status_code() / 100 == 2 => Ok(Put::Stored),
+            Ok(response) if response.status_code() / 100 == 2 => {
+                // rust-s3 answers a PUT's ETag header as its body.
+                let etag = response.headers().get("etag").cloned();
+                let etag = etag
+                    .unwrap_or_else(|| String::from_utf8_lossy(response.as_slice()).into_owned());
+                Ok(Put::Stored(etag))
+            }
             Ok(response) if response.status_code() == 412 => Ok(Put::ConditionFailed),
             Ok(response) => Err(failed(key, format!("status {}", response.status_code()))),
             Err(S3Error::HttpFailWithBody(412, _)) => Ok(Put::ConditionFailed),
@@ -110,6 +116,54 @@ impl Objects {
             Ok(response) if response.status_code() == 404 => Ok(None),
             Ok(response) => Err(failed(key, format!("status {}", response.status_code()))),
             Err(S3Error::HttpFailWithBody(404, _)) => Ok(None),
+            Err(err) => Err(failed(key, err)),
+        }
+    }
+
+    /// The first `len` bytes of the object at `key` (fewer when it is shorter); `None` when
+    /// there is none.
+    pub(crate) async fn head_bytes(
+        &self,
+        key: &str,
+        len: u64,
+    ) -> Result<Option<Vec<u8>>, ObjectError> {
+        match self
+            .bucket
+            .get_object_range(key, 0, Some(len.saturating_sub(1)))
+            .await
+        {
+            Ok(response) if response.status_code() / 100 == 2 => Ok(Some(response.to_vec())),
+            Ok(response) if response.status_code() == 404 => Ok(None),
+            Ok(response) => Err(failed(key, format!("status {}", response.status_code()))),
+            Err(S3Error::HttpFailWithBody(404, _)) => Ok(None),
+            Err(err) => Err(failed(key, err)),
+        }
+    }
+
+    /// The keys under `prefix`, sorted.
+    pub(crate) async fn keys(&self, prefix: &str) -> Result<Vec<String>, ObjectError> {
+        let pages = self
+            .bucket
+            .list(prefix.to_owned(), None)
+            .await
+            .map_err(|err| failed(prefix, err))?;
+        let mut keys: Vec<String> = pages
+            .into_iter()
+            .flat_map(|page| page.contents)
+            .map(|object| object.key)
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// Deletes the object at `key` (nothing when there is none).
+    pub(crate) async fn delete(&self, key: &str) -> Result<(), ObjectError> {
+        match self.bucket.delete_object(key).await {
+            Ok(response) if response.status_code() / 100 == 2 || response.status_code() == 404 => {
+                Ok(())
+            }
+            Ok(response) => Err(failed(key, format!("status {}", response.status_code()))),
+            Err(S3Error::HttpFailWithBody(404, _)) => Ok(()),
             Err(err) => Err(failed(key, err)),
         }
     }

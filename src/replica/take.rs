@@ -38,7 +38,7 @@ pub(super) async fn fix_volume_count(
     let found = match objects.get(&keys.volumes()).await? {
         Some((bytes, _)) => bytes,
         None => match objects.create(&keys.volumes(), count.as_bytes()).await? {
-            Put::Stored => return Ok(()),
+            Put::Stored(_) => return Ok(()),
             Put::ConditionFailed => objects
                 .get(&keys.volumes())
                 .await?
@@ -76,7 +76,7 @@ pub(super) async fn claim(objects: &Objects, keys: &Keys, node: &str) -> Result<
             .create(&keys.window(node, inc, 0), &Window::encode(&start, &[]))
             .await?
         {
-            Put::Stored => return Ok(inc),
+            Put::Stored(_) => return Ok(inc),
             Put::ConditionFailed => inc += 1,
         }
     }
@@ -103,12 +103,12 @@ impl<'a> Taker<'a> {
     }
 
     /// Makes the copy of volume `volume` in `data_dir` hold its whole history and this
-    /// incarnation its owner. Answers the volume's new epoch.
+    /// incarnation its owner. Answers the volume's manifest as written, and its ETag.
     pub(super) async fn take(
         &mut self,
         data_dir: &Path,
         volume: usize,
-    ) -> Result<u64, ReplicaError> {
+    ) -> Result<(Manifest, String), ReplicaError> {
         let path = data_dir.join(Volume::file_name(volume));
         let mut local = LocalCopy::open(&path)?;
         let manifest_key = self.keys.manifest(volume);
@@ -119,8 +119,13 @@ impl<'a> Taker<'a> {
         let resume = match manifest.resume(local.position()?.as_ref()) {
             Some(resume) => resume,
             None => {
+                let fresh = !local.holds_data()?;
                 local.close()?;
-                set_aside(&path)?;
+                if fresh {
+                    remove_copy(&path)?;
+                } else {
+                    set_aside(&path)?;
+                }
                 if let Some(snapshot) = &manifest.snapshot {
                     let (bytes, _) = self.objects.get(&snapshot.key).await?.ok_or_else(|| {
                         ReplicaError::Refused(format!("the snapshot {} is missing", snapshot.key))
@@ -160,7 +165,7 @@ impl<'a> Taker<'a> {
             .replace(&manifest_key, &next.encode(), &etag)
             .await?
         {
-            Put::Stored => Ok(next.epoch),
+            Put::Stored(etag) => Ok((next, etag)),
             Put::ConditionFailed => Err(taken_meanwhile(volume)),
         }
     }
@@ -171,16 +176,18 @@ impl<'a> Taker<'a> {
         &mut self,
         volume: usize,
         path: &Path,
-        local: LocalCopy,
-    ) -> Result<u64, ReplicaError> {
+        mut local: LocalCopy,
+    ) -> Result<(Manifest, String), ReplicaError> {
         let snapshot = if local.holds_data()? {
-            let position = local.position()?;
-            let at = Position {
+            // The copy stands at this incarnation's claim, which holds no changes: a copy
+            // that does not is not the snapshot.
+            let position = Position {
                 node: self.node.to_owned(),
                 inc: self.inc,
                 seq: 0,
             };
-            let key = self.keys.snapshot(volume, &at);
+            local.set_position(&position)?;
+            let key = self.keys.snapshot(volume, &position);
             let copy = sibling(path, "snapshot");
             remove_if_present(&copy)?;
             local.copy_to(&copy)?;
@@ -189,6 +196,11 @@ impl<'a> Taker<'a> {
             self.objects.create(&key, &bytes).await?;
             Some(Snapshot { key, position })
         } else {
+            // Whatever an empty copy holds besides partitions (from an earlier history) is not
+            // in this one: it starts from a new file, as a copy restored from it will.
+            local.close()?;
+            remove_copy(path)?;
+            local = LocalCopy::open(path)?;
             None
         };
         local.close()?;
@@ -209,7 +221,7 @@ impl<'a> Taker<'a> {
             .create(&self.keys.manifest(volume), &manifest.encode())
             .await?
         {
-            Put::Stored => Ok(manifest.epoch),
+            Put::Stored(etag) => Ok((manifest, etag)),
             Put::ConditionFailed => Err(taken_meanwhile(volume)),
         }
     }
@@ -252,7 +264,7 @@ impl<'a> Taker<'a> {
                         inc: self.inc,
                         seq: 0,
                     };
-                    if self.objects.create(&key, &fence(&by)).await? == Put::Stored {
+                    if let Put::Stored(_) = self.objects.create(&key, &fence(&by)).await? {
                         segment.end = Some(seq);
                     }
                     // Else a window or a fence landed meanwhile: read it.
@@ -323,6 +335,12 @@ fn set_aside(path: &Path) -> Result<(), ReplicaError> {
         aside.display()
     );
     std::fs::rename(path, &aside).map_err(|err| ReplicaError::io(path, err))?;
+    remove_copy(path)
+}
+
+/// Removes a local copy with the files that describe it.
+fn remove_copy(path: &Path) -> Result<(), ReplicaError> {
+    remove_if_present(path)?;
     for suffix in ["wal", "shm", "hwm", "damaged"] {
         remove_if_present(&sibling(path, suffix))?;
     }

@@ -255,6 +255,20 @@ impl LocalCopy {
         Ok(())
     }
 
+    /// Writes a consistent copy of the volume file at `path` to `target` (which must not
+    /// exist) while the volume may be open and writing, and answers the last window the copy
+    /// holds.
+    ///
+    /// # Errors
+    /// A storage failure.
+    pub fn snapshot(path: &Path, target: &Path) -> Result<Option<Position>, StoreError> {
+        let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        conn.execute("VACUUM INTO ?1", [target.to_string_lossy()])?;
+        let copy = Connection::open_with_flags(target, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
+        read_position(&copy)
+    }
+
     /// Closes the file, moving every change into the database file proper.
     ///
     /// # Errors

@@ -1,0 +1,184 @@
+//! Keeping the bucket small: snapshots shorten a volume's history, and garbage collection
+//! deletes what no history needs any more.
+//!
+//! A volume is snapshotted when the changes it landed since its last snapshot pass
+//! `replication.snapshot_bytes`, or `replication.snapshot_interval_ms` passed since with some
+//! landed: a consistent copy of its file is stored create-only, and its manifest then starts
+//! from that copy with the chain after the copy's position. Each new manifest is followed by a
+//! collection: windows that no manifest's chain names, and snapshots that no manifest names,
+//! are deleted once they have been unneeded for `replication.gc_grace_ms` (a taker may still
+//! be reading what an older manifest named). Fences and the claims of incarnations (seq 0)
+//! are never deleted: a deleted fence would let a stale writer land a window at its seq that
+//! no history will ever replay, and answer it as acknowledged.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::format::{Manifest, Snapshot, is_fence};
+use super::objects::Put;
+use super::{Node, ReplicaError};
+use crate::store::LocalCopy;
+
+/// What a collection found unneeded, and since when: deleted once unneeded for the grace time.
+#[derive(Default)]
+pub(super) struct Unneeded {
+    since: HashMap<String, Instant>,
+    /// Window keys found to hold fences: kept for ever, and not read again.
+    fences: HashSet<String>,
+}
+
+impl Node {
+    /// Snapshots volume `volume` and collects garbage; logs what fails (the next one retries).
+    pub(super) async fn snapshot_and_collect(self: Arc<Self>, volume: usize) {
+        let mut unneeded = self.maintenance.lock().await;
+        if let Err(err) = self.snapshot(volume).await {
+            log::warn!("replica: snapshotting volume {volume} failed: {err}");
+        }
+        self.volumes[volume].lock().await.snapshotting = false;
+        self.collect_logged(&mut unneeded).await;
+    }
+
+    /// Collects garbage (see the module docs); logs what fails (the next one retries).
+    pub(super) async fn collect_garbage(self: Arc<Self>) {
+        let mut unneeded = self.maintenance.lock().await;
+        self.collect_logged(&mut unneeded).await;
+    }
+
+    async fn collect_logged(&self, unneeded: &mut Unneeded) {
+        if let Err(err) = self.collect(unneeded).await {
+            log::warn!("replica: garbage collection failed: {err}");
+        }
+    }
+
+    /// Stores a copy of volume `volume` and makes its manifest start from it.
+    async fn snapshot(&self, volume: usize) -> Result<(), ReplicaError> {
+        let path = self.data_dir.join(crate::store::Volume::file_name(volume));
+        let copy = {
+            let mut name = path.as_os_str().to_owned();
+            name.push("-snapshot");
+            std::path::PathBuf::from(name)
+        };
+        let (position, bytes) = {
+            let (path, copy) = (path.clone(), copy.clone());
+            tokio::task::spawn_blocking(move || {
+                let _ = std::fs::remove_file(&copy);
+                let position = LocalCopy::snapshot(&path, &copy)?;
+                let bytes = std::fs::read(&copy).map_err(|err| ReplicaError::io(&copy, err));
+                let _ = std::fs::remove_file(&copy);
+                Ok::<_, ReplicaError>((position, bytes?))
+            })
+            .await
+            .map_err(|err| ReplicaError::Refused(format!("the snapshot task failed: {err}")))??
+        };
+        let Some(position) = position else {
+            return Ok(());
+        };
+        let key = self.keys.snapshot(volume, &position);
+        self.objects.create(&key, &bytes).await?;
+        let mut held = self.volumes[volume].lock().await;
+        let Some(chain) = held.manifest.chain_after(&position) else {
+            return Err(ReplicaError::Refused(format!(
+                "volume {volume}'s copy stands at {position:?}, which its history does not hold"
+            )));
+        };
+        let next = Manifest {
+            version: held.manifest.version + 1,
+            snapshot: Some(Snapshot { key, position }),
+            chain,
+            ..held.manifest.clone()
+        };
+        match self
+            .objects
+            .replace(&self.keys.manifest(volume), &next.encode(), &held.etag)
+            .await?
+        {
+            Put::Stored(etag) => {
+                log::info!(
+                    "replica: volume {volume} snapshotted ({} bytes)",
+                    bytes.len()
+                );
+                held.manifest = next;
+                held.etag = etag;
+                held.since_snapshot = 0;
+                held.snapshot_at = Instant::now();
+                Ok(())
+            }
+            Put::ConditionFailed => Err(ReplicaError::Refused(format!(
+                "volume {volume}'s manifest was replaced by another node"
+            ))),
+        }
+    }
+
+    /// Deletes the windows and snapshots no manifest needs, once unneeded for the grace time.
+    /// Listings come before manifests: an object listed was stored before the manifests read
+    /// after it, so a manifest that needs it is among them.
+    async fn collect(&self, unneeded: &mut Unneeded) -> Result<(), ReplicaError> {
+        let windows = self.objects.keys(&self.keys.streams()).await?;
+        let mut snapshots = Vec::new();
+        for volume in 0..self.volumes.len() {
+            snapshots.extend(self.objects.keys(&self.keys.snapshots(volume)).await?);
+        }
+        let mut needed_snapshots = HashSet::new();
+        let mut needed_from: HashMap<(String, u64), u64> = HashMap::new();
+        for volume in 0..self.volumes.len() {
+            let Some((bytes, _)) = self.objects.get(&self.keys.manifest(volume)).await? else {
+                continue;
+            };
+            let manifest = Manifest::decode(&bytes).map_err(ReplicaError::Refused)?;
+            if let Some(snapshot) = manifest.snapshot {
+                needed_snapshots.insert(snapshot.key);
+            }
+            for segment in manifest.chain {
+                let from = needed_from
+                    .entry((segment.node, segment.inc))
+                    .or_insert(segment.first);
+                *from = (*from).min(segment.first);
+            }
+        }
+        let mut candidates = Vec::new();
+        for key in windows {
+            let Some((node, inc, seq)) = self.keys.parse_window(&key) else {
+                continue;
+            };
+            let needed = needed_from
+                .get(&(node.to_owned(), inc))
+                .is_some_and(|&from| seq >= from);
+            if seq > 0 && !needed && !unneeded.fences.contains(&key) {
+                candidates.push(key);
+            }
+        }
+        candidates.extend(
+            snapshots
+                .into_iter()
+                .filter(|key| !needed_snapshots.contains(key)),
+        );
+        let now = Instant::now();
+        let grace = self.gc_grace;
+        let candidates: HashSet<String> = candidates.into_iter().collect();
+        unneeded.since.retain(|key, _| candidates.contains(key));
+        let mut deleted = 0;
+        for key in candidates {
+            let since = *unneeded.since.entry(key.clone()).or_insert(now);
+            if now.duration_since(since) < grace {
+                continue;
+            }
+            // Only a window's key can hold a fence; fences are never deleted.
+            if self.keys.parse_window(&key).is_some() {
+                let head = self.objects.head_bytes(&key, 64).await?;
+                if head.as_deref().is_none_or(is_fence) {
+                    unneeded.since.remove(&key);
+                    unneeded.fences.insert(key);
+                    continue;
+                }
+            }
+            self.objects.delete(&key).await?;
+            unneeded.since.remove(&key);
+            deleted += 1;
+        }
+        if deleted > 0 {
+            log::info!("replica: garbage collection deleted {deleted} objects");
+        }
+        Ok(())
+    }
+}
