@@ -75,6 +75,7 @@ impl LogStore {
         }
         self.volume.submit(AppendRequest {
             partition: self.tail.clone(),
+            epoch: self.epoch,
             clock: self.options.clock.clone(),
             batches: checked,
             reply,

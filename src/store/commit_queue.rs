@@ -16,6 +16,8 @@ use crate::clock::Clock;
 /// A group commit's share of one caller: its batches, checked, and where the answer goes.
 pub(super) struct AppendRequest {
     pub partition: Arc<PartitionTail>,
+    /// The volume epoch the store was opened under: refused under any other.
+    pub epoch: u64,
     pub clock: Arc<dyn Clock>,
     /// Each batch with its definite rejection, if any (rejected batches write nothing).
     pub batches: Vec<(Vec<NewRecord>, Option<AppendRejection>)>,
@@ -131,6 +133,7 @@ mod tests {
                 retention: Default::default(),
                 due: Default::default(),
             }),
+            epoch: 0,
             clock: Arc::new(SystemClock),
             batches: (0..batches)
                 .map(|_| (vec![NewRecord::new("1")], None))

@@ -17,7 +17,7 @@ use std::sync::mpsc::{Receiver, TryRecvError};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::volume::Shared;
+use super::volume::{Shared, Writer};
 use super::{StoreError, lock, redo, schema};
 
 /// A window of a node's stream: the writer's node, its incarnation, and the window's number.
@@ -148,36 +148,48 @@ impl Shared {
     }
 
     /// Settles a landing whose outcome was not known in time, before any other write of the
-    /// volume: applies its changes once it landed, refuses writes until then. Called by every
-    /// write door under the writer lock, and by the committer when idle.
-    pub(super) fn settle(&self, conn: &mut Connection) -> Result<(), StoreError> {
+    /// volume: once it landed, applies its changes and reloads what memory holds of the volume
+    /// (a recovery: stores opened before refuse writes and reopen, seeing the landed changes);
+    /// until its outcome is known, refuses writes. Called by every write door under the writer
+    /// lock, and by the committer when idle.
+    pub(super) fn settle_landing(&self, writer: &mut Writer) -> Result<(), StoreError> {
         if let Some(reason) = self.fenced.get() {
             return Err(unavailable(reason.clone()));
         }
-        let mut pending = lock(&self.pending);
-        let Some(landing) = pending.as_ref() else {
+        // Taken out of its lock: the recovery below runs the write doors again.
+        let Some(landing) = lock(&self.pending).take() else {
             return Ok(());
         };
         match landing.outcome.try_recv() {
             Ok(Ok(position)) => {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                redo::apply(&tx, &landing.redo)?;
-                // The replay was captured like any write; it is in the stream already.
-                redo::take(&tx)?;
-                record_position(&tx, &position)?;
-                tx.commit()?;
-                *pending = None;
-                Ok(())
+                let applied = (|| {
+                    let tx = writer
+                        .conn
+                        .transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    redo::apply(&tx, &landing.redo)?;
+                    // The replay was captured like any write; it is in the stream already.
+                    redo::take(&tx)?;
+                    record_position(&tx, &position)?;
+                    tx.commit()?;
+                    Ok(())
+                })();
+                if let Err(err) = applied {
+                    let err = self.classify(err);
+                    if err.poisons() {
+                        self.poison(&err);
+                    }
+                    return Err(err);
+                }
+                self.recover(writer)
             }
-            Ok(Err(reason)) => {
-                *pending = None;
-                Err(self.fence(reason))
+            Ok(Err(reason)) => Err(self.fence(reason)),
+            Err(TryRecvError::Empty) => {
+                *lock(&self.pending) = Some(landing);
+                Err(unavailable(
+                    "a write's landing in the replica's stream is not known yet",
+                ))
             }
-            Err(TryRecvError::Empty) => Err(unavailable(
-                "a write's landing in the replica's stream is not known yet",
-            )),
             Err(TryRecvError::Disconnected) => {
-                *pending = None;
                 Err(self.fence("the replica's stream stopped".into()))
             }
         }

@@ -14,6 +14,7 @@ mod http_errors;
 mod leases;
 mod metrics;
 mod openapi;
+mod replication;
 mod retention;
 mod retention_sweep;
 mod server;

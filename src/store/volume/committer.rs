@@ -91,7 +91,7 @@ impl Shared {
                 Next::Group(group) => group,
                 Next::Idle => {
                     // A landing not known in time is settled as soon as its outcome is.
-                    let _ = self.settle(&mut lock(&self.writer).conn);
+                    let _ = self.settle_landing(&mut lock(&self.writer));
                     let _ = self.index();
                     self.record_high_water(&mut high_water);
                     if !cache_released && last_group.elapsed() >= RELEASE_CACHE_WHEN_IDLE {
@@ -160,9 +160,22 @@ impl Shared {
         if self.poisoned.load(Ordering::SeqCst) {
             return answer_all(group, StoreError::Poisoned);
         }
+        if let Err(err) = self.settle_landing(writer) {
+            return answer_all(group, err);
+        }
+        // Shares of stores opened before the volume last reloaded what memory holds (a
+        // recovery) see an older log end: they are refused, and their partitions reopen.
+        let (group, stale): (Vec<_>, Vec<_>) = group
+            .into_iter()
+            .partition(|request| !self.refuses_writes(request.epoch));
+        for request in stale {
+            (request.reply)(Err(StoreError::Poisoned));
+        }
+        if group.is_empty() {
+            return;
+        }
         let mut last_seq = writer.last_seq;
         let committed = (|| {
-            self.settle(&mut writer.conn)?;
             let tx = writer
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -373,12 +386,13 @@ mod tests {
 
     /// A share of `batches` for `partition`, and where its answer arrives.
     fn share(
-        partition: &Arc<PartitionTail>,
+        (partition, epoch): &(Arc<PartitionTail>, u64),
         batches: Vec<(Vec<NewRecord>, Option<AppendRejection>)>,
     ) -> (AppendRequest, mpsc::Receiver<AppendResult>) {
         let (answer, answered) = mpsc::channel();
         let request = AppendRequest {
             partition: partition.clone(),
+            epoch: *epoch,
             clock: Arc::new(SystemClock),
             batches,
             reply: Box::new(move |result| {
@@ -426,8 +440,8 @@ mod tests {
     fn a_group_commits_the_shares_of_many_partitions_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let volume = Volume::open(dir.path().join("v.sqlite"), SyncMode::Normal).unwrap();
-        let (orders, _) = partition(&volume, "orders");
-        let (users, _) = partition(&volume, "users");
+        let orders = partition(&volume, "orders");
+        let users = partition(&volume, "users");
         let keyed = vec![NewRecord::keyed("k", "1")];
         let (first, first_answer) = share(
             &orders,
@@ -449,8 +463,8 @@ mod tests {
         assert_eq!(offsets(second_answer.recv().unwrap()), [vec![0]]);
         assert_eq!(offsets(third_answer.recv().unwrap()), [vec![2], vec![3]]);
         assert_eq!(stored_seqs(&volume), [1, 2, 3, 4, 5]);
-        assert_eq!(orders.get().next_offset, 4);
-        assert_eq!(users.get().next_offset, 1);
+        assert_eq!(orders.0.get().next_offset, 4);
+        assert_eq!(users.0.get().next_offset, 1);
     }
 
     /// A commit that fails with an unknown outcome poisons the volume: every write is refused
@@ -462,7 +476,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let volume = Volume::open(dir.path().join("v.sqlite"), SyncMode::Normal).unwrap();
         let shared = volume.shared();
-        let (orders, old_epoch) = partition(&volume, "orders");
+        let orders = partition(&volume, "orders");
+        let old_epoch = orders.1;
         shared.arm(Fault::BeforeCommit);
         let (failing, failed) = share(&orders, vec![(records(&["1"]), None)]);
         let (behind, refused) = share(&orders, vec![(records(&["2"]), None)]);
@@ -474,13 +489,17 @@ mod tests {
         commit(&volume, vec![later]);
         assert!(matches!(refused.recv().unwrap(), Err(StoreError::Poisoned)));
 
-        let (reopened, new_epoch) = partition(&volume, "orders");
-        assert_eq!(new_epoch, old_epoch + 1);
+        let reopened = partition(&volume, "orders");
+        assert_eq!(reopened.1, old_epoch + 1);
         assert!(shared.refuses_writes(old_epoch));
-        assert!(!shared.refuses_writes(new_epoch));
+        assert!(!shared.refuses_writes(reopened.1));
         assert!(stored_seqs(&volume).is_empty());
+        // A share the old store queued is refused even once the volume recovered: it saw the
+        // log's end as it was before.
+        let (stale, refused) = share(&orders, vec![(records(&["2"]), None)]);
         let (retry, answer) = share(&reopened, vec![(records(&["1"]), None)]);
-        commit(&volume, vec![retry]);
+        commit(&volume, vec![stale, retry]);
+        assert!(matches!(refused.recv().unwrap(), Err(StoreError::Poisoned)));
         assert_eq!(offsets(answer.recv().unwrap()), [vec![0]]);
     }
 }

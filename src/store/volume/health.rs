@@ -77,7 +77,7 @@ pub(in crate::store) fn write_high_water(path: &Path, seq: i64) -> std::io::Resu
 }
 
 impl Shared {
-    pub(super) fn poison(&self, err: &StoreError) {
+    pub(in crate::store) fn poison(&self, err: &StoreError) {
         log::error!(
             "{}: write failed, refusing writes until reopened: {err:?}",
             self.path.display()
@@ -155,7 +155,7 @@ impl Shared {
 
     /// `err`, or `corrupted` when SQLite found the files malformed (the volume is then marked
     /// damaged).
-    pub(super) fn classify(&self, err: StoreError) -> StoreError {
+    pub(in crate::store) fn classify(&self, err: StoreError) -> StoreError {
         match &err {
             StoreError::Sqlite(rusqlite::Error::SqliteFailure(failure, _))
                 if matches!(

@@ -55,6 +55,7 @@ impl Shared {
     }
 
     pub(super) fn index_locked(&self, writer: &mut Writer) -> Result<(), StoreError> {
+        self.settle_landing(writer)?;
         let (through, last) = (writer.indexed_through, writer.last_seq);
         if last <= through || self.damaged.get().is_some() {
             return Ok(());

@@ -74,8 +74,8 @@ pub const INDEX_EVERY_ROWS: usize = 16_384;
 const WRITER_CACHE_KIB: i64 = -16_384;
 
 /// The writing connection and what the indexer knows.
-struct Writer {
-    conn: Connection,
+pub(super) struct Writer {
+    pub(super) conn: Connection,
     /// Every record up to this seq is in the indexes.
     indexed_through: i64,
     /// The newest seq handed out to a committed record. Seqs are assigned here, not by
@@ -421,10 +421,10 @@ impl Shared {
         let mut writer = lock(&self.writer);
         // Checked under the lock: a writer queued behind a failing one must not commit after it.
         self.check_intact()?;
+        self.settle_landing(&mut writer)?;
         if self.refuses_writes(epoch) {
             return Err(StoreError::Poisoned);
         }
-        self.settle(&mut writer.conn)?;
         let result = (|| -> Result<T, StoreError> {
             let tx = writer
                 .conn
@@ -459,6 +459,7 @@ impl Shared {
         create: bool,
     ) -> Result<Option<(i64, Tail, Due, u64)>, StoreError> {
         let mut writer = lock(&self.writer);
+        self.settle_landing(&mut writer)?;
         if self.poisoned.load(Ordering::SeqCst) {
             self.recover(&mut writer)?;
         }
@@ -528,7 +529,6 @@ impl Shared {
         conn: &mut Connection,
         work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        self.settle(conn)?;
         conn.pragma_update(None, "synchronous", "OFF")?;
         let result = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -544,7 +544,7 @@ impl Shared {
     /// Clears a poisoned volume: reopens the writer connection (SQLite rolls back whatever the
     /// failed transaction left), reindexes, and starts a new epoch. Stores opened before keep
     /// refusing writes; reopening them loads their log's end anew.
-    fn recover(&self, writer: &mut Writer) -> Result<(), StoreError> {
+    pub(super) fn recover(&self, writer: &mut Writer) -> Result<(), StoreError> {
         writer.conn = open_writer(&self.path, self.sync)?;
         self.capture(&writer.conn)?;
         writer.load_positions()?;

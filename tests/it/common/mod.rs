@@ -93,6 +93,14 @@ impl ReadNow for LogStore {
     }
 }
 
+/// Held by a test that counts this process's open file descriptors, and by tests that open
+/// many sockets of their own (proxies): the count is process-wide, and tests run in threads of
+/// one process.
+pub fn fd_count_lock() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poison| poison.into_inner())
+}
+
 /// The S3-compatible server the cold-tier tests use: the one `scripts/test` started
 /// (`DURABILITY_TEST_S3_ENDPOINT`), or else one this test process starts for itself with
 /// `scripts/s3-server` (installing it on first use), which dies with the process.

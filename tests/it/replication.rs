@@ -1,0 +1,1081 @@
+//! Replication to object storage (`[replication] kind = "s3"`): the real `durability` binary,
+//! run as child processes over the test S3 server (moto), sometimes through a TCP proxy that
+//! cuts the bucket off or loses its answers.
+//!
+//! - a second node on the bucket serves everything the first acknowledged, fences the first
+//!   (whose writes answer `503 unavailable` from then on), and the bucket's streams and
+//!   manifests stay consistent;
+//! - a bucket that stops answering makes writes `unavailable` (reads keep working) until it is
+//!   back, and no write is lost or doubled;
+//! - a PUT whose answer is lost after it landed is counted once;
+//! - why a manifest carries `version`: an `If-Match` rewrite with the same bytes keeps the ETag.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use durability::cold::S3Settings;
+use s3::Bucket;
+use s3::error::S3Error;
+use serde_json::{Value, json};
+
+use crate::common::{Rng, block_on, fresh_s3_bucket};
+
+const TOPIC: &str = "replicated";
+/// The replica's objects are under this prefix (the default).
+const PREFIX: &str = "replica";
+
+// ---------------------------------------------------------------------------------------------
+// 1. A second node fences the first
+// ---------------------------------------------------------------------------------------------
+
+/// Node A writes; node B starts on the same bucket with an empty data folder: B serves what A
+/// acknowledged at the same offsets, A's next writes are refused `503 unavailable` (B sealed
+/// A's stream), B's writes continue the offsets, and the bucket passes the stream audit.
+#[test]
+fn a_second_server_on_the_bucket_fences_the_first() {
+    let s3 = block_on(fresh_s3_bucket());
+    let dir_a = tempfile::tempdir().expect("temp dir");
+    let dir_b = tempfile::tempdir().expect("temp dir");
+    let settings = [
+        ("DURABILITY__STORAGE__VOLUMES", "2"),
+        // The audit reads every stream from seq 0: nothing may be snapshotted and collected
+        // during the test (the defaults are far off too; pinned so that the audit says why).
+        ("DURABILITY__REPLICATION__SNAPSHOT_INTERVAL_MS", "3600000"),
+        ("DURABILITY__REPLICATION__GC_GRACE_MS", "3600000"),
+    ];
+
+    let a = Server::start(dir_a.path(), &s3, &s3.endpoint, "a", &settings);
+    let partitions = 0..4u32;
+    let mut acknowledged: BTreeMap<u32, Vec<(u64, String)>> = BTreeMap::new();
+    for round in 0..5 {
+        for partition in partitions.clone() {
+            let key = format!("a-{partition}-{round}");
+            let offset = append_once(a.addr, partition, &key)
+                .unwrap_or_else(|why| panic!("A's append of {key}: {why}"));
+            acknowledged
+                .entry(partition)
+                .or_default()
+                .push((offset, key));
+        }
+    }
+
+    let b = Server::start(dir_b.path(), &s3, &s3.endpoint, "b", &settings);
+    for (partition, records) in &acknowledged {
+        assert_eq!(
+            &keyed_offsets(&read_all(b.addr, *partition)),
+            records,
+            "B serves A's acknowledged records of partition {partition} at their offsets"
+        );
+    }
+
+    // A's stream is sealed: each of its writes is refused, on every partition (both volumes).
+    for partition in partitions.clone() {
+        let key = format!("a-after-fence-{partition}");
+        let answer = append(a.addr, partition, &key)
+            .unwrap_or_else(|why| panic!("A's append after the takeover: {why}"));
+        assert_eq!(
+            (answer.0, error_code(&answer.1)),
+            (503, Some("unavailable")),
+            "a fenced node refuses writes; answered {answer:?}"
+        );
+    }
+    // Still refused on a second try (the refusal is for good), and reads keep working.
+    let again = append(a.addr, 0, "a-after-fence-again").expect("A answers");
+    assert_eq!(
+        (again.0, error_code(&again.1)),
+        (503, Some("unavailable")),
+        "{again:?}"
+    );
+    assert_eq!(
+        keyed_offsets(&read_all(a.addr, 0)),
+        acknowledged[&0],
+        "a fenced node still serves reads"
+    );
+
+    // B continues every partition's offsets.
+    for (partition, records) in &mut acknowledged {
+        let key = format!("b-{partition}");
+        let offset = append_once(b.addr, *partition, &key)
+            .unwrap_or_else(|why| panic!("B's append of {key}: {why}"));
+        assert_eq!(
+            offset,
+            records.len() as u64,
+            "B's write continues partition {partition}"
+        );
+        records.push((offset, key));
+        assert_eq!(&keyed_offsets(&read_all(b.addr, *partition)), records);
+    }
+
+    let audit = block_on(audit_bucket(&s3));
+    assert_eq!(audit.volumes_object, "2", "the volume count is recorded");
+    assert_eq!(audit.manifests.len(), 2, "a manifest per volume");
+    let streams: Vec<&(String, u64)> = audit.streams.keys().collect();
+    assert_eq!(
+        streams,
+        [&("a".to_owned(), 1), &("b".to_owned(), 1)],
+        "one stream per node incarnation"
+    );
+    assert!(
+        audit.streams[&("a".to_owned(), 1)].fenced_at.is_some(),
+        "A's stream ends with a fence"
+    );
+    assert_eq!(
+        audit.streams[&("b".to_owned(), 1)].fenced_at,
+        None,
+        "B's stream is open"
+    );
+    for (volume, manifest) in &audit.manifests {
+        assert_eq!(
+            manifest["owner"],
+            json!({"node": "b", "inc": 1}),
+            "volume {volume}: {manifest:#}"
+        );
+        let chain = manifest["chain"].as_array().expect("a chain");
+        let of = |node: &str| {
+            chain
+                .iter()
+                .filter(|segment| segment["node"] == node)
+                .collect::<Vec<_>>()
+        };
+        let (of_a, of_b) = (of("a"), of("b"));
+        assert!(
+            of_a.iter().all(|segment| !segment["end"].is_null()),
+            "volume {volume}: A's segments are closed: {manifest:#}"
+        );
+        let sealed = audit.streams[&("a".to_owned(), 1)].fenced_at;
+        assert!(
+            of_a.iter().all(|segment| segment["end"].as_u64() == sealed),
+            "volume {volume}: A's segment ends at the fence (seq {sealed:?}): {manifest:#}"
+        );
+        assert_eq!(
+            of_b.len(),
+            1,
+            "volume {volume}: one segment of B: {manifest:#}"
+        );
+        assert!(
+            of_b[0]["end"].is_null(),
+            "volume {volume}: B's segment is open: {manifest:#}"
+        );
+        assert_eq!(
+            chain.last(),
+            Some(of_b[0]),
+            "volume {volume}: B's open segment comes last: {manifest:#}"
+        );
+    }
+    let windows: usize = audit.streams.values().map(|stream| stream.windows).sum();
+    println!(
+        "fencing: {} objects audited ({windows} windows), A sealed at seq {:?}",
+        audit.objects,
+        audit.streams[&("a".to_owned(), 1)].fenced_at
+    );
+    drop((a, b));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The bucket stops answering
+// ---------------------------------------------------------------------------------------------
+
+/// The bucket is reached through a proxy that is taken down: writes answer `503 unavailable`
+/// and reads keep answering. Once the proxy is back, the write whose window was still being
+/// retried lands and is served, every write is accepted again, and re-sent writes (same
+/// deduplication keys) leave each record exactly once, at contiguous offsets.
+#[test]
+fn a_bucket_that_stops_answering_makes_writes_unavailable_until_it_is_back() {
+    // The proxy's sockets count among this process's file descriptors.
+    let _alone = crate::common::fd_count_lock();
+    let s3 = block_on(fresh_s3_bucket());
+    let proxy = Proxy::start(&s3.endpoint);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(
+        dir.path(),
+        &s3,
+        &proxy.url(),
+        "solo",
+        &[("DURABILITY__REPLICATION__PUT_RETRY_MS", "500")],
+    );
+
+    let mut keys = Vec::new();
+    for n in 0..5 {
+        let key = format!("before-{n}");
+        let offset = append_once(server.addr, 0, &key).expect("an append before the outage");
+        assert_eq!(offset, n);
+        keys.push(key);
+    }
+    let before = keyed_offsets(&read_all(server.addr, 0));
+
+    proxy.set_down(true);
+    // Both refused: the first because its window does not land in time, the second because
+    // the first's outcome is not known yet (or its own window does not land either).
+    let mut outage_keys = Vec::new();
+    for n in 0..2 {
+        let key = format!("during-{n}");
+        let answer = append(server.addr, 0, &key).expect("the server answers");
+        assert_eq!(
+            (answer.0, error_code(&answer.1)),
+            (503, Some("unavailable")),
+            "a write while the bucket is unreachable; answered {answer:?}"
+        );
+        outage_keys.push(key);
+    }
+    assert_eq!(
+        keyed_offsets(&read_all(server.addr, 0)),
+        before,
+        "reads keep answering while the bucket is unreachable"
+    );
+    proxy.set_down(false);
+
+    // The first refused write's window is retried in the background until it lands, and once
+    // it has, the volume applies it by itself (`Shared::settle`, also run by the idle
+    // committer): it is served at the next offset without any further write. The second
+    // refused write never reached the stream.
+    let mut expected = before.clone();
+    expected.push((before.len() as u64, outage_keys[0].clone()));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut served = keyed_offsets(&read_all(server.addr, 0));
+    while served != expected && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(100));
+        served = keyed_offsets(&read_all(server.addr, 0));
+    }
+    assert_eq!(
+        served, expected,
+        "once the bucket is back, the write whose landing was pending is served (no further \
+         write sent)"
+    );
+
+    // The bucket answers and nothing is pending: each write is accepted at once. The re-sent
+    // keys answer their original offsets (the landed one) or new ones (the one that never
+    // reached the stream).
+    let mut answered = HashMap::new();
+    for key in &outage_keys {
+        let offset = append_once(server.addr, 0, key)
+            .unwrap_or_else(|why| panic!("re-sending {key} once the bucket is back: {why}"));
+        answered.insert(key.clone(), offset);
+    }
+    assert_eq!(
+        answered[&outage_keys[0]],
+        before.len() as u64,
+        "the landed write's key answers its offset"
+    );
+    for n in 0..5 {
+        let key = format!("after-{n}");
+        let offset = append_once(server.addr, 0, &key)
+            .unwrap_or_else(|why| panic!("appending {key} once the bucket is back: {why}"));
+        answered.insert(key.clone(), offset);
+        keys.push(key);
+    }
+    keys.extend(outage_keys);
+
+    let records = keyed_offsets(&read_all(server.addr, 0));
+    assert_contiguous_and_unique(&records);
+    let found: BTreeSet<&String> = records.iter().map(|(_, key)| key).collect();
+    let sent: BTreeSet<&String> = keys.iter().collect();
+    assert_eq!(
+        found, sent,
+        "every key sent is stored once, and nothing else"
+    );
+    for (offset, key) in &records {
+        if let Some(answer) = answered.get(key) {
+            assert_eq!(
+                answer, offset,
+                "{key} is stored at the offset its 202 answered"
+            );
+        }
+    }
+    println!(
+        "outage: {} records, {} connections cut",
+        records.len(),
+        proxy.state.cut.load(Ordering::Relaxed)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Answers lost after the PUT landed
+// ---------------------------------------------------------------------------------------------
+
+/// About one in ten window PUTs lands but its answer never reaches the server (the proxy cuts
+/// the connection once the bucket starts answering): the retry finds the window there, so each
+/// write is stored once, at the offset its `202` answered, and the offsets stay contiguous;
+/// a node rebuilding the log from the bucket finds the same records, once each.
+#[test]
+fn answers_lost_after_landing_make_no_duplicate() {
+    // The proxy's sockets count among this process's file descriptors.
+    let _alone = crate::common::fd_count_lock();
+    const WRITES: u64 = 200;
+    let seed = seed();
+    let s3 = block_on(fresh_s3_bucket());
+    let proxy = Proxy::start(&s3.endpoint);
+    *proxy.state.rng.lock().unwrap() = Some(Rng::new(seed));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server = Server::start(
+        dir.path(),
+        &s3,
+        &proxy.url(),
+        "lossy",
+        &[("DURABILITY__REPLICATION__PUT_RETRY_MS", "2000")],
+    );
+    // Only once the server has started: a lost answer to the incarnation's claim fails the
+    // start (which is the claim's documented behaviour, not what this test is about).
+    proxy.state.drop_percent.store(10, Ordering::Relaxed);
+
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let mut answered = BTreeMap::new();
+    let mut refused = 0u64;
+    for n in 0..WRITES {
+        let key = format!("lossy-{n:03}");
+        loop {
+            assert!(
+                Instant::now() < deadline,
+                "seed {seed}: {key} not accepted in time"
+            );
+            let answer = append(server.addr, 0, &key)
+                .unwrap_or_else(|why| panic!("seed {seed}: append {key}: {why}"));
+            match answer {
+                (202, body) => {
+                    answered.insert(key.clone(), single_offset(&body));
+                    break;
+                }
+                (503, body) if error_code(&body) == Some("unavailable") => {
+                    refused += 1;
+                    thread::sleep(Duration::from_millis(50));
+                }
+                other => panic!("seed {seed}: append {key} answered {other:?}"),
+            }
+        }
+    }
+    proxy.state.drop_percent.store(0, Ordering::Relaxed);
+    let dropped = proxy.state.dropped.load(Ordering::Relaxed);
+    let wal_puts = proxy.state.wal_puts.load(Ordering::Relaxed);
+    println!(
+        "lost answers (seed {seed}): {dropped} of {wal_puts} window PUT answers dropped, \
+         {refused} writes answered 503 and re-sent"
+    );
+    assert!(
+        dropped > 0,
+        "seed {seed}: the proxy dropped no answer ({wal_puts} window PUTs)"
+    );
+
+    let records = keyed_offsets(&read_all(server.addr, 0));
+    assert_contiguous_and_unique(&records);
+    assert_eq!(
+        records.len() as u64,
+        WRITES,
+        "seed {seed}: every write stored once"
+    );
+    for (offset, key) in &records {
+        assert_eq!(
+            answered.get(key),
+            Some(offset),
+            "seed {seed}: {key} is stored at the offset its 202 answered"
+        );
+    }
+
+    // The bucket holds the same log once: a node rebuilding it from the stream (an empty data
+    // folder, the bucket reached directly) serves exactly these records, and the stream has
+    // no gap (a window stored twice under two seqs would replay twice).
+    let replay_dir = tempfile::tempdir().expect("temp dir");
+    let replay = Server::start(replay_dir.path(), &s3, &s3.endpoint, "replay", &[]);
+    assert_eq!(
+        keyed_offsets(&read_all(replay.addr, 0)),
+        records,
+        "seed {seed}: the log rebuilt from the bucket is the log served"
+    );
+    let audit = block_on(audit_bucket(&s3));
+    let lossy = &audit.streams[&("lossy".to_owned(), 1)];
+    assert!(
+        lossy.fenced_at.is_some(),
+        "seed {seed}: the replaying node sealed the stream"
+    );
+}
+
+/// The seed of the proxy's choices: `REPLICATION_SEED`, or the clock.
+fn seed() -> u64 {
+    match std::env::var("REPLICATION_SEED") {
+        Ok(seed) => seed.trim().parse().expect("REPLICATION_SEED is an integer"),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|time| time.as_nanos() as u64)
+            .unwrap_or(1),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Why a manifest carries a version
+// ---------------------------------------------------------------------------------------------
+
+/// Two writers hold the same ETag of a manifest and both replace it with `If-Match`. When the
+/// new bytes differ from the old (the version grew), the first write changes the ETag and the
+/// second is refused `412`: exactly one wins. When a writer stores the very bytes already
+/// there, the ETag (the MD5 of the bytes) does not change, and the stale writer wins too: the
+/// reason every manifest write bumps `version`.
+#[test]
+fn identical_manifest_rewrites_cannot_both_win() {
+    block_on(async {
+        let s3 = fresh_s3_bucket().await;
+        let bucket = bucket_of(&s3);
+        let manifest = |version: u64| {
+            json!({"version": version, "epoch": 1, "owner": {"node": "a", "inc": 1},
+                   "snapshot": null, "chain": []})
+            .to_string()
+        };
+
+        // With a version: the two writers' bodies differ from the stored one by it.
+        let key = "manifests/versioned";
+        let etag = put_plain(&bucket, key, &manifest(1)).await;
+        let first = put_if_match(&bucket, key, &manifest(2), &etag).await;
+        let second = put_if_match(&bucket, key, &manifest(2), &etag).await;
+        assert_eq!(
+            (first, second),
+            (Ok(()), Err(412)),
+            "with a version, exactly one of the writers holding the same ETag wins"
+        );
+        assert_eq!(get_text(&bucket, key).await, manifest(2));
+
+        // Without it (the body stored again as it is): the ETag stays, so both win, and the
+        // second write cannot tell that another happened since it read the manifest.
+        let key = "manifests/unversioned";
+        let etag = put_plain(&bucket, key, &manifest(1)).await;
+        let first = put_if_match(&bucket, key, &manifest(1), &etag).await;
+        let after_first = etag_of(&bucket, key).await;
+        let second = put_if_match(&bucket, key, &manifest(1), &etag).await;
+        assert_eq!(
+            after_first, etag,
+            "storing the same bytes keeps the ETag (it is their MD5)"
+        );
+        assert_eq!(
+            (first, second),
+            (Ok(()), Ok(())),
+            "identical rewrites both win on this server"
+        );
+    });
+}
+
+async fn put_plain(bucket: &Bucket, key: &str, body: &str) -> String {
+    let response = bucket
+        .put_object(key, body.as_bytes())
+        .await
+        .expect("a plain PUT");
+    assert_eq!(response.status_code(), 200);
+    etag_of(bucket, key).await
+}
+
+/// `Ok` when stored, `Err(status)` when refused.
+async fn put_if_match(bucket: &Bucket, key: &str, body: &str, etag: &str) -> Result<(), u16> {
+    let request = bucket
+        .put_object_builder(key, body.as_bytes())
+        .with_header("If-Match", etag)
+        .expect("an If-Match header");
+    match request.execute().await {
+        Ok(response) if response.status_code() / 100 == 2 => Ok(()),
+        Ok(response) => Err(response.status_code()),
+        Err(S3Error::HttpFailWithBody(status, _)) => Err(status),
+        Err(err) => panic!("PUT {key}: {err}"),
+    }
+}
+
+async fn etag_of(bucket: &Bucket, key: &str) -> String {
+    let response = bucket.get_object(key).await.expect("GET");
+    response
+        .headers()
+        .get("etag")
+        .cloned()
+        .expect("an ETag header")
+}
+
+async fn get_text(bucket: &Bucket, key: &str) -> String {
+    let response = bucket.get_object(key).await.expect("GET");
+    String::from_utf8(response.to_vec()).expect("UTF-8")
+}
+
+// ---------------------------------------------------------------------------------------------
+// The bucket audit
+// ---------------------------------------------------------------------------------------------
+
+/// What [`audit_bucket`] found.
+struct Audit {
+    objects: usize,
+    volumes_object: String,
+    /// Each node incarnation's stream.
+    streams: BTreeMap<(String, u64), StreamAudit>,
+    /// Each volume's manifest.
+    manifests: BTreeMap<usize, Value>,
+}
+
+struct StreamAudit {
+    windows: usize,
+    /// The seq of the stream's fence, if sealed.
+    fenced_at: Option<u64>,
+}
+
+/// Lists every replica object and checks the invariants that hold whatever happened: each
+/// stream's seqs run from 0 without a gap, a fence is its last object, each window's header
+/// names its own place, and each manifest's epoch is at least every epoch its volume's windows
+/// were written with.
+async fn audit_bucket(s3: &S3Settings) -> Audit {
+    let bucket = bucket_of(s3);
+    let listed = bucket
+        .list(format!("{PREFIX}/"), None)
+        .await
+        .expect("list the replica's objects");
+    let keys: Vec<String> = listed
+        .into_iter()
+        .flat_map(|page| page.contents)
+        .map(|object| object.key)
+        .collect();
+    let mut volumes_object = None;
+    let mut seqs: BTreeMap<(String, u64), BTreeSet<u64>> = BTreeMap::new();
+    let mut manifests = BTreeMap::new();
+    for key in &keys {
+        let parts: Vec<&str> = key.split('/').collect();
+        match parts.as_slice() {
+            [PREFIX, "volumes"] => volumes_object = Some(get_text(&bucket, key).await),
+            [PREFIX, "wal", node, inc, seq] => {
+                let inc = inc.parse().unwrap_or_else(|_| panic!("{key}: incarnation"));
+                let seq = seq.parse().unwrap_or_else(|_| panic!("{key}: seq"));
+                seqs.entry(((*node).to_owned(), inc))
+                    .or_default()
+                    .insert(seq);
+            }
+            [PREFIX, "vol", volume, "manifest"] => {
+                let volume: usize = volume.parse().unwrap_or_else(|_| panic!("{key}: volume"));
+                let manifest: Value = serde_json::from_str(&get_text(&bucket, key).await)
+                    .unwrap_or_else(|err| panic!("{key}: {err}"));
+                manifests.insert(volume, manifest);
+            }
+            _ => {}
+        }
+    }
+    let mut streams = BTreeMap::new();
+    // The largest epoch each volume's windows were written with.
+    let mut epochs: BTreeMap<u64, u64> = BTreeMap::new();
+    for ((node, inc), seqs) in &seqs {
+        let expected: BTreeSet<u64> = (0..seqs.len() as u64).collect();
+        assert_eq!(
+            seqs, &expected,
+            "stream {node}/{inc}: seqs run from 0 without a gap"
+        );
+        let mut fenced_at = None;
+        let mut windows = 0;
+        for &seq in seqs {
+            let key = format!("{PREFIX}/wal/{node}/{inc:010}/{seq:016}");
+            let response = bucket
+                .get_object(&key)
+                .await
+                .unwrap_or_else(|err| panic!("GET {key}: {err}"));
+            let bytes = response.to_vec();
+            assert_eq!(fenced_at, None, "{key}: an object after the stream's fence");
+            if bytes.starts_with(b"DURABILITY-FENCE-1\n") {
+                fenced_at = Some(seq);
+                continue;
+            }
+            let rest = bytes
+                .strip_prefix(b"DURABILITY-WINDOW-1\n")
+                .unwrap_or_else(|| panic!("{key}: neither a window nor a fence"));
+            let end = rest
+                .iter()
+                .position(|&b| b == b'\n')
+                .unwrap_or_else(|| panic!("{key}: a window without a header line"));
+            let header: Value = serde_json::from_slice(&rest[..end])
+                .unwrap_or_else(|err| panic!("{key}: the header: {err}"));
+            assert_eq!(
+                (&header["node"], &header["inc"], &header["seq"]),
+                (&json!(node), &json!(inc), &json!(seq)),
+                "{key}: the header names the window's place"
+            );
+            for section in header["sections"].as_array().expect("sections") {
+                let volume = section["volume"].as_u64().expect("a section's volume");
+                let epoch = section["epoch"].as_u64().expect("a section's epoch");
+                let largest = epochs.entry(volume).or_default();
+                *largest = (*largest).max(epoch);
+            }
+            windows += 1;
+        }
+        streams.insert((node.clone(), *inc), StreamAudit { windows, fenced_at });
+    }
+    for (volume, epoch) in &epochs {
+        let manifest = manifests
+            .get(&(*volume as usize))
+            .unwrap_or_else(|| panic!("volume {volume} has windows and no manifest"));
+        let at = manifest["epoch"].as_u64().expect("a manifest's epoch");
+        assert!(
+            at >= *epoch,
+            "volume {volume}: the manifest's epoch {at} is below a window's epoch {epoch}"
+        );
+    }
+    Audit {
+        objects: keys.len(),
+        volumes_object: volumes_object.expect("the volumes object"),
+        streams,
+        manifests,
+    }
+}
+
+fn bucket_of(s3: &S3Settings) -> Box<Bucket> {
+    Bucket::new(
+        &s3.bucket,
+        s3.region().expect("region"),
+        s3.credentials().expect("credentials"),
+    )
+    .expect("a bucket client")
+    .with_path_style()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Records over HTTP
+// ---------------------------------------------------------------------------------------------
+
+/// `POST` one record with deduplication key `key` to partition `partition`.
+fn append(addr: SocketAddr, partition: u32, key: &str) -> Result<(u16, Value), String> {
+    let body = json!([{"payload": {"key": key}, "key": key}]);
+    request(
+        addr,
+        "POST",
+        &format!("/topics/{TOPIC}/partitions/{partition}/records"),
+        Some(&body),
+    )
+}
+
+/// An append that must be accepted at once: its offset.
+fn append_once(addr: SocketAddr, partition: u32, key: &str) -> Result<u64, String> {
+    match append(addr, partition, key)? {
+        (202, body) => Ok(single_offset(&body)),
+        other => Err(format!("answered {other:?}")),
+    }
+}
+
+fn single_offset(body: &Value) -> u64 {
+    match body["offsets"].as_array().map(Vec::as_slice) {
+        Some([offset]) => offset.as_u64().expect("an offset"),
+        _ => panic!("one offset expected: {body}"),
+    }
+}
+
+fn error_code(body: &Value) -> Option<&str> {
+    body["error"]["code"].as_str()
+}
+
+/// Every record of a partition, page by page.
+fn read_all(addr: SocketAddr, partition: u32) -> Vec<Value> {
+    let mut records = Vec::new();
+    loop {
+        let path = format!(
+            "/topics/{TOPIC}/partitions/{partition}/records?from={}&limit=100",
+            records.len()
+        );
+        let (status, body) =
+            request(addr, "GET", &path, None).unwrap_or_else(|why| panic!("GET {path}: {why}"));
+        assert_eq!(status, 200, "GET {path}: {body}");
+        let page = body["records"].as_array().expect("records").clone();
+        if page.is_empty() {
+            return records;
+        }
+        records.extend(page);
+    }
+}
+
+/// `(offset, key)` of each record.
+fn keyed_offsets(records: &[Value]) -> Vec<(u64, String)> {
+    records
+        .iter()
+        .map(|record| {
+            let offset = record["offset"].as_u64().expect("an offset");
+            let key = record["key"].as_str().expect("a key").to_owned();
+            assert_eq!(record["payload"], json!({"key": key}), "record {offset}");
+            (offset, key)
+        })
+        .collect()
+}
+
+/// Offsets run from 0 without a gap, and no key appears twice.
+fn assert_contiguous_and_unique(records: &[(u64, String)]) {
+    let offsets: Vec<u64> = records.iter().map(|(offset, _)| *offset).collect();
+    let expected: Vec<u64> = (0..records.len() as u64).collect();
+    assert_eq!(offsets, expected, "offsets run from 0 without a gap");
+    let mut seen = HashMap::new();
+    for (offset, key) in records {
+        if let Some(earlier) = seen.insert(key, offset) {
+            panic!("{key} is stored twice: at {earlier} and {offset}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The server process and a minimal HTTP client
+// ---------------------------------------------------------------------------------------------
+
+/// The `durability` binary on an ephemeral port, replicating to `s3`'s bucket reached at
+/// `endpoint`; killed when dropped.
+struct Server {
+    child: Child,
+    addr: SocketAddr,
+}
+
+impl Server {
+    fn start(
+        data_dir: &Path,
+        s3: &S3Settings,
+        endpoint: &str,
+        node: &str,
+        overrides: &[(&str, &str)],
+    ) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_durability"))
+            .env("DURABILITY__SERVER__BIND", "127.0.0.1:0")
+            .env("DURABILITY__STORAGE__DATA_DIR", data_dir)
+            .env("DURABILITY__COLD__KIND", "s3")
+            .env("DURABILITY__COLD__S3_ENDPOINT", endpoint)
+            .env("DURABILITY__COLD__S3_BUCKET", &s3.bucket)
+            .env("DURABILITY__COLD__S3_REGION", &s3.region)
+            .env("DURABILITY__COLD__S3_ACCESS_KEY", &s3.access_key)
+            .env("DURABILITY__COLD__S3_SECRET_KEY", &s3.secret_key)
+            .env("DURABILITY__COLD__S3_PATH_STYLE", "true")
+            .env("DURABILITY__REPLICATION__KIND", "s3")
+            .env("DURABILITY__REPLICATION__NODE_ID", node)
+            .env("RUST_LOG", "warn")
+            .envs(overrides.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the server binary");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (announce, announced) = mpsc::channel();
+        // Reads the address, then keeps draining stdout until the process dies.
+        thread::spawn(move || {
+            let mut announce = Some(announce);
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some((_, addr)) = line.split_once("listening on http://")
+                    && let Some(announce) = announce.take()
+                {
+                    let _ = announce.send(addr.trim().to_owned());
+                }
+            }
+        });
+        let addr = match announced.recv_timeout(Duration::from_secs(30)) {
+            Ok(addr) => addr,
+            Err(err) => {
+                let _ = child.kill();
+                let status = child.wait();
+                panic!(
+                    "server {node} did not announce its address within 30 s ({err}; {status:?})"
+                );
+            }
+        };
+        let addr = addr.parse().expect("the announced address");
+        Self { child, addr }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Sends one request on a fresh connection; `Err` when the exchange failed.
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<(u16, Value), String> {
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if method != "GET" {
+        text.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    text.push_str("\r\n");
+    text.push_str(&body);
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
+        .map_err(|err| format!("connect: {err}"))?;
+    let timeout = Some(Duration::from_secs(30));
+    stream
+        .set_read_timeout(timeout)
+        .and_then(|()| stream.set_write_timeout(timeout))
+        .map_err(|err| format!("socket options: {err}"))?;
+    stream
+        .write_all(text.as_bytes())
+        .map_err(|err| format!("send: {err}"))?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|err| format!("receive: {err}"))?;
+    parse_response(&response)
+}
+
+fn parse_response(response: &[u8]) -> Result<(u16, Value), String> {
+    let split = find(response, b"\r\n\r\n").ok_or("no complete HTTP head")?;
+    let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
+    let mut body = response[split + 4..].to_vec();
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or("no status line")?;
+    if header(&head, "transfer-encoding").is_some_and(|value| value.contains("chunked")) {
+        body = dechunk(&body).ok_or("chunked body cut short")?;
+    } else if let Some(length) = header(&head, "content-length") {
+        let length: usize = length.parse().map_err(|_| "bad content-length")?;
+        if body.len() < length {
+            return Err(format!("body cut short: {} of {length} bytes", body.len()));
+        }
+        body.truncate(length);
+    }
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(&body).map_err(|err| format!("body is not JSON: {err}"))?
+    };
+    Ok((status, value))
+}
+
+/// The value of header `name` (lowercase) in a lowercased HTTP head.
+fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key.trim() == name).then(|| value.trim())
+    })
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// Decodes a chunked body; `None` when it is incomplete.
+fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let end = find(data, b"\r\n")?;
+        let line = std::str::from_utf8(&data[..end]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(body);
+        }
+        let start = end + 2;
+        body.extend_from_slice(data.get(start..start + size)?);
+        data = data.get(start + size + 2..)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A TCP proxy to the bucket that can go down or lose answers
+// ---------------------------------------------------------------------------------------------
+
+/// A TCP proxy on 127.0.0.1 in front of the S3 server: a byte pipe per connection, which can be
+/// taken down (every connection is cut, new ones are closed at once) and can lose the answers to
+/// a share of the window PUTs (`PUT …/wal/…`): the request reaches the bucket, and the
+/// connection is cut as soon as the bucket starts answering it, so the PUT landed but its
+/// sender saw only an error.
+struct Proxy {
+    addr: SocketAddr,
+    state: Arc<ProxyState>,
+}
+
+#[derive(Default)]
+struct ProxyState {
+    upstream: String,
+    down: AtomicBool,
+    stopped: AtomicBool,
+    /// Percent of window PUTs whose answer is lost.
+    drop_percent: AtomicU64,
+    /// Window PUTs seen, and answers lost.
+    wal_puts: AtomicU64,
+    dropped: AtomicU64,
+    /// Connections cut by the proxy going down.
+    cut: AtomicU64,
+    rng: Mutex<Option<Rng>>,
+    /// Both sockets of every open connection, by number, to cut them when going down.
+    live: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
+    next_id: AtomicU64,
+}
+
+impl Proxy {
+    /// A proxy to `endpoint` (`http://host:port`).
+    fn start(endpoint: &str) -> Self {
+        let upstream = endpoint
+            .strip_prefix("http://")
+            .expect("an http:// endpoint")
+            .trim_end_matches('/')
+            .to_owned();
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let addr = listener.local_addr().expect("the proxy's address");
+        let state = Arc::new(ProxyState {
+            upstream,
+            rng: Mutex::new(Some(Rng::new(1))),
+            ..ProxyState::default()
+        });
+        let accepting = state.clone();
+        thread::spawn(move || {
+            for client in listener.incoming() {
+                if accepting.stopped.load(Ordering::Relaxed) {
+                    return;
+                }
+                let Ok(client) = client else { continue };
+                if accepting.down.load(Ordering::Relaxed) {
+                    let _ = client.shutdown(Shutdown::Both);
+                    accepting.cut.fetch_add(1, Ordering::Relaxed);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(&accepting.upstream) else {
+                    continue;
+                };
+                connect(&accepting, client, server);
+            }
+        });
+        Self { addr, state }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Takes the proxy down (cutting every connection) or brings it back.
+    fn set_down(&self, down: bool) {
+        self.state.down.store(down, Ordering::SeqCst);
+        if down {
+            for (client, server) in self.state.live.lock().unwrap().values() {
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = server.shutdown(Shutdown::Both);
+                self.state.cut.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.state.stopped.store(true, Ordering::SeqCst);
+        self.set_down(true);
+        // Wakes the accepting thread so that it sees `stopped`.
+        let _ = TcpStream::connect(self.addr);
+    }
+}
+
+/// Pipes one connection both ways on two threads.
+fn connect(state: &Arc<ProxyState>, client: TcpStream, server: TcpStream) {
+    let id = state.next_id.fetch_add(1, Ordering::Relaxed);
+    let (Ok(client_copy), Ok(server_copy)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    state
+        .live
+        .lock()
+        .unwrap()
+        .insert(id, (client_copy, server_copy));
+    // Set when the answer to the request just forwarded is to be lost.
+    let lose_answer = Arc::new(AtomicBool::new(false));
+    let (Ok(client_in), Ok(server_out)) = (client.try_clone(), server.try_clone()) else {
+        return;
+    };
+    let requests = (state.clone(), lose_answer.clone());
+    thread::spawn(move || {
+        let (state, lose_answer) = requests;
+        forward_requests(&state, client_in, server_out, &lose_answer);
+        end(&state, id);
+    });
+    let answers = state.clone();
+    thread::spawn(move || {
+        forward_answers(&answers, server, client, &lose_answer);
+        end(&answers, id);
+    });
+}
+
+/// Cuts both sockets of connection `id`.
+fn end(state: &ProxyState, id: u64) {
+    if let Some((client, server)) = state.live.lock().unwrap().remove(&id) {
+        let _ = client.shutdown(Shutdown::Both);
+        let _ = server.shutdown(Shutdown::Both);
+    }
+}
+
+/// Client to bucket: request by request (the head up to its blank line, then `Content-Length`
+/// bytes), deciding for each window PUT whether its answer is lost before forwarding it.
+fn forward_requests(
+    state: &ProxyState,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    lose_answer: &AtomicBool,
+) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        let head_end = loop {
+            if let Some(at) = find(&buffer, b"\r\n\r\n") {
+                break at + 4;
+            }
+            match from.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+        if header(&head, "transfer-encoding").is_some() {
+            // Not expected from the S3 client; piped as is, without losing answers.
+            let _ = to.write_all(&buffer);
+            let _ = std::io::copy(&mut from, &mut to);
+            return;
+        }
+        let length: usize = header(&head, "content-length")
+            .and_then(|value| value.parse().ok())
+            .unwrap_or(0);
+        let mut words = head.split_whitespace();
+        let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        if method == "put" && target.contains("/wal/") {
+            state.wal_puts.fetch_add(1, Ordering::Relaxed);
+            let percent = state.drop_percent.load(Ordering::Relaxed);
+            let mut rng = state.rng.lock().unwrap();
+            let rng = rng.as_mut().expect("the proxy's generator");
+            if percent > 0 && rng.below(100) < percent {
+                lose_answer.store(true, Ordering::SeqCst);
+            }
+        }
+        let total = head_end + length;
+        while buffer.len() < total {
+            match from.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
+        if to.write_all(&buffer[..total]).is_err() {
+            return;
+        }
+        buffer.drain(..total);
+    }
+}
+
+/// Bucket to client, as bytes come; cuts the connection instead when the answer is to be lost
+/// (the S3 client sends no request before it read the whole previous answer, so the first
+/// bytes after a request was forwarded are its answer's) or the proxy is down.
+fn forward_answers(
+    state: &ProxyState,
+    mut from: TcpStream,
+    mut to: TcpStream,
+    lose_answer: &AtomicBool,
+) {
+    let mut chunk = [0u8; 64 * 1024];
+    loop {
+        let n = match from.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if lose_answer.swap(false, Ordering::SeqCst) {
+            state.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        if state.down.load(Ordering::SeqCst) || to.write_all(&chunk[..n]).is_err() {
+            return;
+        }
+    }
+}
