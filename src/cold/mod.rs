@@ -11,7 +11,7 @@
 mod fs;
 #[cfg(any(test, feature = "test-util"))]
 mod memory;
-mod s3;
+pub(crate) mod s3;
 
 use std::fmt;
 use std::future::Future;

@@ -16,9 +16,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::format::{Manifest, Snapshot, is_fence};
-use super::objects::Put;
 use super::{Node, ReplicaError};
-use crate::store::LocalCopy;
+use crate::cold::s3::Put;
 
 /// What a collection found unneeded, and since when: deleted once unneeded for the grace time.
 #[derive(Default)]
@@ -54,23 +53,9 @@ impl Node {
     /// Stores a copy of volume `volume` and makes its manifest start from it.
     async fn snapshot(&self, volume: usize) -> Result<(), ReplicaError> {
         let path = self.data_dir.join(crate::store::Volume::file_name(volume));
-        let copy = {
-            let mut name = path.as_os_str().to_owned();
-            name.push("-snapshot");
-            std::path::PathBuf::from(name)
-        };
-        let (position, bytes) = {
-            let (path, copy) = (path.clone(), copy.clone());
-            tokio::task::spawn_blocking(move || {
-                let _ = std::fs::remove_file(&copy);
-                let position = LocalCopy::snapshot(&path, &copy)?;
-                let bytes = std::fs::read(&copy).map_err(|err| ReplicaError::io(&copy, err));
-                let _ = std::fs::remove_file(&copy);
-                Ok::<_, ReplicaError>((position, bytes?))
-            })
+        let (position, bytes) = tokio::task::spawn_blocking(move || super::copy_of(&path))
             .await
-            .map_err(|err| ReplicaError::Refused(format!("the snapshot task failed: {err}")))??
-        };
+            .map_err(|err| ReplicaError::Refused(format!("the snapshot task failed: {err}")))??;
         let Some(position) = position else {
             return Ok(());
         };

@@ -13,7 +13,6 @@
 
 mod format;
 mod maintenance;
-mod objects;
 mod take;
 
 use std::path::{Path, PathBuf};
@@ -24,10 +23,10 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 use crate::cold::S3Settings;
+use crate::cold::s3::{ObjectError, Objects, Put};
 use crate::config::ReplicationSettings;
-use crate::store::{Landed, Landing, Position, StoreError, Stream, Volume};
+use crate::store::{Landed, Landing, LocalCopy, Position, StoreError, Stream, Volume};
 use format::{Keys, Manifest, Window, is_fence};
-use objects::{ObjectError, Objects, Put};
 
 /// Why the volumes cannot be taken.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +57,17 @@ impl ReplicaError {
             source,
         }
     }
+}
+
+/// A consistent copy of the volume file at `path` (which may be open and writing), and the
+/// last window it holds. Blocks on SQLite and the disk.
+fn copy_of(path: &Path) -> Result<(Option<Position>, Vec<u8>), ReplicaError> {
+    let copy = take::sibling(path, "snapshot");
+    let _ = std::fs::remove_file(&copy);
+    let position = LocalCopy::snapshot(path, &copy)?;
+    let bytes = std::fs::read(&copy).map_err(|err| ReplicaError::io(&copy, err));
+    let _ = std::fs::remove_file(&copy);
+    Ok((position, bytes?))
 }
 
 /// A volume's changes waiting for their window.
@@ -124,7 +134,7 @@ impl Replicator {
                 extra.display()
             )));
         }
-        let objects = Objects::new(s3)?;
+        let objects = Objects::new(s3, Some(REQUEST_TIMEOUT))?;
         let settings = settings.clone();
         let data_dir = data_dir.to_owned();
         let (submissions, queued) = mpsc::unbounded_channel();
@@ -243,6 +253,9 @@ impl Stream for Replicator {
         }
     }
 }
+
+/// Longest wait for one answer of the bucket: a window's PUT is retried after it.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// First and longest pause between attempts to store a window.
 const RETRY_PAUSES: (Duration, Duration) = (Duration::from_millis(10), Duration::from_secs(1));

@@ -9,7 +9,7 @@ use super::ReplicaError;
 use super::format::{
     Keys, Manifest, Owner, Resume, Segment, Snapshot, StreamObject, Window, decode, fence,
 };
-use super::objects::{Objects, Put};
+use crate::cold::s3::{Objects, Put};
 use crate::store::{LocalCopy, Position, Volume};
 
 /// Most bytes of windows kept in memory while the volumes are taken, so the volumes that share
@@ -146,12 +146,7 @@ impl<'a> Taker<'a> {
             self.replay(volume, &mut local, segment, start).await?;
         }
         chain.retain(|segment| segment.end != Some(segment.first));
-        chain.push(Segment {
-            node: self.node.to_owned(),
-            inc: self.inc,
-            first: 1,
-            end: None,
-        });
+        chain.push(self.own_segment());
         let next = Manifest {
             version: manifest.version + 1,
             epoch: manifest.epoch + 1,
@@ -160,13 +155,38 @@ impl<'a> Taker<'a> {
             chain,
         };
         local.close()?;
-        match self
-            .objects
-            .replace(&manifest_key, &next.encode(), &etag)
-            .await?
-        {
-            Put::Stored(etag) => Ok((next, etag)),
-            Put::ConditionFailed => Err(taken_meanwhile(volume)),
+        self.write_manifest(volume, next, Some(&etag)).await
+    }
+
+    /// This incarnation's stream, open, as a segment of a volume's history.
+    fn own_segment(&self) -> Segment {
+        Segment {
+            node: self.node.to_owned(),
+            inc: self.inc,
+            first: 1,
+            end: None,
+        }
+    }
+
+    /// Writes volume `volume`'s `manifest` over the one with ETag `over` (none: where there is
+    /// none), and answers it with its new ETag.
+    async fn write_manifest(
+        &self,
+        volume: usize,
+        manifest: Manifest,
+        over: Option<&str>,
+    ) -> Result<(Manifest, String), ReplicaError> {
+        let key = self.keys.manifest(volume);
+        let bytes = manifest.encode();
+        let written = match over {
+            Some(etag) => self.objects.replace(&key, &bytes, etag).await?,
+            None => self.objects.create(&key, &bytes).await?,
+        };
+        match written {
+            Put::Stored(etag) => Ok((manifest, etag)),
+            Put::ConditionFailed => Err(ReplicaError::Refused(format!(
+                "volume {volume} was taken by another node while this one took it"
+            ))),
         }
     }
 
@@ -187,12 +207,9 @@ impl<'a> Taker<'a> {
                 seq: 0,
             };
             local.set_position(&position)?;
+            local.close()?;
+            let (_, bytes) = super::copy_of(path)?;
             let key = self.keys.snapshot(volume, &position);
-            let copy = sibling(path, "snapshot");
-            remove_if_present(&copy)?;
-            local.copy_to(&copy)?;
-            let bytes = std::fs::read(&copy).map_err(|err| ReplicaError::io(&copy, err))?;
-            remove_if_present(&copy)?;
             self.objects.create(&key, &bytes).await?;
             Some(Snapshot { key, position })
         } else {
@@ -200,30 +217,16 @@ impl<'a> Taker<'a> {
             // in this one: it starts from a new file, as a copy restored from it will.
             local.close()?;
             remove_copy(path)?;
-            local = LocalCopy::open(path)?;
             None
         };
-        local.close()?;
         let manifest = Manifest {
             version: 1,
             epoch: 1,
             owner: self.owner(),
             snapshot,
-            chain: vec![Segment {
-                node: self.node.to_owned(),
-                inc: self.inc,
-                first: 1,
-                end: None,
-            }],
+            chain: vec![self.own_segment()],
         };
-        match self
-            .objects
-            .create(&self.keys.manifest(volume), &manifest.encode())
-            .await?
-        {
-            Put::Stored(etag) => Ok((manifest, etag)),
-            Put::ConditionFailed => Err(taken_meanwhile(volume)),
-        }
+        self.write_manifest(volume, manifest, None).await
     }
 
     /// Applies to `local` volume `volume`'s changes in `segment` from window `start` on. An
@@ -301,14 +304,8 @@ impl<'a> Taker<'a> {
     }
 }
 
-fn taken_meanwhile(volume: usize) -> ReplicaError {
-    ReplicaError::Refused(format!(
-        "volume {volume} was taken by another node while this one took it"
-    ))
-}
-
 /// `path` with `-{suffix}` added to its name.
-fn sibling(path: &Path, suffix: &str) -> PathBuf {
+pub(super) fn sibling(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(format!("-{suffix}"));
     name.into()

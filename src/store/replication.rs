@@ -174,11 +174,7 @@ impl Shared {
                     Ok(())
                 })();
                 if let Err(err) = applied {
-                    let err = self.classify(err);
-                    if err.poisons() {
-                        self.poison(&err);
-                    }
-                    return Err(err);
+                    return Err(self.write_failed(err));
                 }
                 self.recover(writer)
             }
@@ -254,16 +250,6 @@ impl LocalCopy {
         let tx = self.conn.transaction()?;
         record_position(&tx, position)?;
         tx.commit()?;
-        Ok(())
-    }
-
-    /// Writes a consistent copy of the file to `target` (which must not exist).
-    ///
-    /// # Errors
-    /// A storage failure.
-    pub fn copy_to(&self, target: &Path) -> Result<(), StoreError> {
-        self.conn
-            .execute("VACUUM INTO ?1", [target.to_string_lossy()])?;
         Ok(())
     }
 

@@ -191,11 +191,7 @@ impl Shared {
                 self.publish(staged, group);
             }
             Err(err) => {
-                let err = self.classify(err);
-                if err.poisons() {
-                    self.poison(&err);
-                }
-                answer_all(group, err);
+                answer_all(group, self.write_failed(err));
             }
         }
     }

@@ -155,6 +155,16 @@ impl Shared {
 
     /// `err`, or `corrupted` when SQLite found the files malformed (the volume is then marked
     /// damaged).
+    /// What a failed write answers: the error classified (see [`Shared::classify`]), the
+    /// volume poisoned first when the failure leaves the writing connection to reopen.
+    pub(in crate::store) fn write_failed(&self, err: StoreError) -> StoreError {
+        let err = self.classify(err);
+        if err.poisons() {
+            self.poison(&err);
+        }
+        err
+    }
+
     pub(in crate::store) fn classify(&self, err: StoreError) -> StoreError {
         match &err {
             StoreError::Sqlite(rusqlite::Error::SqliteFailure(failure, _))

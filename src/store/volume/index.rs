@@ -77,11 +77,7 @@ impl Shared {
             Ok(())
         });
         if let Err(err) = result {
-            let err = self.classify(err);
-            if err.poisons() {
-                self.poison(&err);
-            }
-            return Err(err);
+            return Err(self.write_failed(err));
         }
         writer.indexed_through = last;
         let mut recent = lock(&self.recent);

@@ -425,7 +425,7 @@ impl Shared {
         if self.refuses_writes(epoch) {
             return Err(StoreError::Poisoned);
         }
-        let result = (|| -> Result<T, StoreError> {
+        (|| -> Result<T, StoreError> {
             let tx = writer
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -435,13 +435,7 @@ impl Shared {
             tx.commit()?;
             Ok(value)
         })()
-        .map_err(|err| self.classify(err));
-        if let Err(err) = &result
-            && err.poisons()
-        {
-            self.poison(err);
-        }
-        result
+        .map_err(|err| self.write_failed(err))
     }
 
     /// Finds a partition (adding it if `create`) and loads where its log ends and when its
