@@ -126,13 +126,35 @@ pub fn server(binary: &Path, dir: &Path) -> (Running, SocketAddr) {
 /// What `wrk` measured.
 pub struct Wrk {
     pub requests_per_second: f64,
+    /// Latency percentiles of the answers (ms).
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// A latency percentile of `wrk --latency`'s distribution, in ms (`  99%   25.54ms`).
+fn percentile(text: &str, label: &str) -> f64 {
+    let value = text
+        .lines()
+        .find_map(|line| line.trim().strip_prefix(label))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no {label} in wrk output:\n{text}"));
+    let split = value
+        .find(|c: char| c.is_ascii_alphabetic())
+        .unwrap_or(value.len());
+    let number: f64 = value[..split].parse().unwrap_or(f64::NAN);
+    match &value[split..] {
+        "us" => number / 1000.0,
+        "s" => number * 1000.0,
+        "m" => number * 60_000.0,
+        _ => number,
+    }
 }
 
 /// Runs `wrk` against `url` with `connections` connections for `budget`, the request built by
 /// the Lua `script`; fails on any non-2xx answer.
 pub fn wrk(url: &str, connections: usize, script: &Path, budget: Duration) -> Wrk {
     let output = Command::new("wrk")
-        .args(["-t2", &format!("-c{connections}")])
+        .args(["-t2", "--latency", &format!("-c{connections}")])
         .arg(format!("-d{}s", budget.as_secs_f64().ceil().max(1.0)))
         .arg("-s")
         .arg(script)
@@ -151,6 +173,8 @@ pub fn wrk(url: &str, connections: usize, script: &Path, budget: Duration) -> Wr
         .unwrap_or_else(|| panic!("unexpected wrk output:\n{text}"));
     Wrk {
         requests_per_second,
+        p50_ms: percentile(&text, "50%"),
+        p99_ms: percentile(&text, "99%"),
     }
 }
 

@@ -9,7 +9,8 @@
 //! left out. `--quick` grows the partition to 10⁶ records instead of 10⁷ for the cost-growth
 //! rows, and writes 10⁵ partitions instead of 10⁶, idle 60 s instead of 300, in the million
 //! section. `--only` runs one section: `throughput` (which latency needs), `cold`, `partitions`
-//! (needs `--server`), `scale` or `million` (needs `--server`). Writes `DIR/BENCHMARKS.md` and
+//! (needs `--server`), `scale`, `million` (needs `--server`) or `replication` (needs
+//! `--server`, and starts `scripts/s3-server`). Writes `DIR/BENCHMARKS.md` and
 //! `DIR/bench/results.json`.
 
 mod embedded;
@@ -18,6 +19,7 @@ mod latency;
 mod million;
 mod partitions;
 mod raw;
+mod replication;
 mod report;
 
 use std::path::PathBuf;
@@ -223,6 +225,16 @@ fn main() {
             &dir,
             partitions,
             Duration::from_secs_f64(idle),
+        ));
+    }
+
+    if let Some(binary) = server.as_ref().filter(|_| args.runs("replication")) {
+        report.replication = Some(replication::run(
+            binary,
+            &dir("replication"),
+            &payload,
+            budget,
+            args.quick,
         ));
     }
 

@@ -103,7 +103,7 @@ impl Client {
     }
 
     /// Appends one record, retrying while the server answers `overloaded`.
-    fn append(&mut self, topic: &str, partition: u64, payload: &str) {
+    pub fn append(&mut self, topic: &str, partition: u64, payload: &str) {
         let path = format!("/topics/{topic}/partitions/{partition}/records");
         let body = format!("[{{\"payload\":{payload}}}]");
         loop {

@@ -85,6 +85,8 @@ pub struct Report {
     pub round_robin: Option<(u64, f64)>,
     /// A million new partitions (or `--million-partitions`) through the server.
     pub million: Option<Million>,
+    /// Replication to object storage, through the server.
+    pub replication: Option<crate::replication::Replication>,
 }
 
 fn ratio(value: f64, base: Option<f64>) -> Option<f64> {
@@ -102,6 +104,7 @@ impl Report {
             partitions: Vec::new(),
             round_robin: None,
             million: None,
+            replication: None,
         }
     }
 
@@ -419,7 +422,82 @@ impl Report {
         let _ = writeln!(md, "\n![scale](bench/scale.png)");
         self.partitions_markdown(&mut md);
         self.million_markdown(&mut md);
+        self.replication_markdown(&mut md);
         md
+    }
+
+    /// The replication section: appends landing in a bucket next to the local disk alone.
+    fn replication_markdown(&self, md: &mut String) {
+        let Some(r) = &self.replication else {
+            return;
+        };
+        let _ = writeln!(md, "\n## Replication\n");
+        let _ = writeln!(
+            md,
+            "Every write lands in object storage before its answer (`replication.kind = \"s3\"`, \
+             `storage.sync = \"normal\"`: the bucket is the durable copy), next to the local disk \
+             alone (`\"none\"`, `sync = \"full\"`), in the same run, one partition, {:.0} B \
+             records. The S3 server is the test server (moto) on this machine: one PUT takes \
+             {:.1} ms; through a proxy adding {} ms to every answer, {:.1} ms.\n",
+            100.0,
+            r.put_ms.0,
+            (r.put_ms.1 - r.put_ms.0).round(),
+            r.put_ms.1
+        );
+        let _ = writeln!(
+            md,
+            "| configuration | 100-record POSTs, 16 conn. (records/s) | p50 / p99 | vs none | \
+             single-record POSTs, 50 conn. (/s) | p50 / p99 | PUTs per record (100 / 1) | \
+             threads |\n|---|---|---|---|---|---|---|---|"
+        );
+        let none = r.modes.first().map(|mode| mode.batches.rate);
+        for mode in &r.modes {
+            let puts = match (mode.batches_puts_per_record, mode.single_puts_per_record) {
+                (Some(batches), Some(single)) => format!("{batches:.4} / {single:.3}"),
+                _ => "-".into(),
+            };
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.1} / {:.1} ms | {} | {} | {:.1} / {:.1} ms | {puts} | {} |",
+                mode.name,
+                thousands(mode.batches.rate),
+                mode.batches.p50_ms,
+                mode.batches.p99_ms,
+                ratio(mode.batches.rate, none).map_or("-".into(), |r| format!("{r:.2}×")),
+                thousands(mode.single.rate),
+                mode.single.p50_ms,
+                mode.single.p99_ms,
+                mode.threads
+            );
+        }
+        if !r.quiet.is_empty() {
+            let _ = writeln!(
+                md,
+                "\nPUTs per second while 16 clients append 500 records a second round-robin \
+                 over many quiet partitions (local S3 server):\n\n| partitions | appends/s | \
+                 PUTs/s |\n|---|---|---|"
+            );
+            for q in &r.quiet {
+                let _ = writeln!(
+                    md,
+                    "| {} | {:.0} | {:.0} |",
+                    thousands(q.partitions as f64),
+                    q.appends_per_s,
+                    q.puts_per_s
+                );
+            }
+        }
+        if let Some((records, seconds)) = r.restore {
+            let _ = writeln!(
+                md,
+                "\nA node whose data folder was deleted, holding {} records of one partition, \
+                 serves them all again {seconds:.1} s after it starts (snapshot download and \
+                 replay of the windows since).",
+                thousands(records as f64)
+            );
+        }
+        let _ = writeln!(md, "\n![replication](bench/replication.png)\n");
+        replication_goals(r, md);
     }
 
     /// The many-partitions section: distinct partitions written once each through the server.
@@ -683,6 +761,22 @@ impl Report {
             })).collect::<Vec<_>>(),
             "round_robin": self.round_robin.map(|(partitions, rate)| json!({"partitions": partitions, "rate": rate})),
             "million": self.million.as_ref().map(million_json),
+            "replication": self.replication.as_ref().map(|r| json!({
+                "put_ms": [r.put_ms.0, r.put_ms.1],
+                "linger_ms": r.linger_ms,
+                "modes": r.modes.iter().map(|m| json!({
+                    "name": m.name,
+                    "batches": {"rate": m.batches.rate, "p50_ms": m.batches.p50_ms, "p99_ms": m.batches.p99_ms},
+                    "single": {"rate": m.single.rate, "p50_ms": m.single.p50_ms, "p99_ms": m.single.p99_ms},
+                    "batches_puts_per_record": m.batches_puts_per_record,
+                    "single_puts_per_record": m.single_puts_per_record,
+                    "threads": m.threads,
+                })).collect::<Vec<_>>(),
+                "quiet": r.quiet.iter().map(|q| json!({
+                    "partitions": q.partitions, "appends_per_s": q.appends_per_s, "puts_per_s": q.puts_per_s,
+                })).collect::<Vec<_>>(),
+                "restore": r.restore.map(|(records, seconds)| json!({"records": records, "seconds": seconds})),
+            })),
             "scale": self.scale.iter().map(|p| json!({
                 "records": p.records, "append_rate": p.append_rate, "read_rate": p.read_rate, "rss_mib": p.rss_mib, "mapped_mib": p.mapped_mib,
             })).collect::<Vec<_>>(),
@@ -694,6 +788,45 @@ impl Report {
             })).collect::<Vec<_>>(),
         })
     }
+}
+
+/// The goals of the replication run, each with what was measured and whether it is met.
+fn replication_goals(r: &crate::replication::Replication, md: &mut String) {
+    let [none, local, slow] = &r.modes[..] else {
+        return;
+    };
+    let met = |ok: bool| if ok { "met" } else { "**not met**" };
+    let batches = local.batches.rate / none.batches.rate;
+    let _ = writeln!(md, "| goal | measured | |\n|---|---|---|");
+    let _ = writeln!(
+        md,
+        "| 100-record POSTs with `s3` ≥ 0.5× `none` (local S3 server) | {batches:.2}× | {} |",
+        met(batches >= 0.5)
+    );
+    for (mode, put) in [(local, r.put_ms.0), (slow, r.put_ms.1)] {
+        let bound = r.linger_ms as f64 + 2.0 * put;
+        let _ = writeln!(
+            md,
+            "| single-record ack p50 ≤ linger + 2 PUTs ({}) | {:.1} ms ≤ {bound:.1} ms | {} |",
+            mode.name,
+            mode.single.p50_ms,
+            met(mode.single.p50_ms <= bound)
+        );
+    }
+    if let Some(puts) = local.batches_puts_per_record {
+        let _ = writeln!(
+            md,
+            "| PUTs per record ≤ 1/20 under load (100-record POSTs) | {puts:.4} | {} |",
+            met(puts <= 0.05)
+        );
+    }
+    let extra = local.threads.max(slow.threads).saturating_sub(none.threads);
+    let _ = writeln!(
+        md,
+        "| threads bounded (`s3` adds a fixed few to `none`'s {}) | +{extra} | {} |",
+        none.threads,
+        met(extra <= 4)
+    );
 }
 
 /// The goals of the million-partitions run, each with what was measured and whether it is met.

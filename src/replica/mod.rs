@@ -48,6 +48,10 @@ pub enum ReplicaError {
     /// What the bucket holds does not allow it.
     #[error("{0}")]
     Refused(String),
+    /// The volume's history changed while it was read (its owner snapshotted and collected
+    /// what it named): read it again.
+    #[error("the volume's history changed while it was read: {0}")]
+    HistoryMoved(String),
 }
 
 impl ReplicaError {
@@ -296,7 +300,9 @@ impl StreamWriter {
             let mut bytes = first.redo.len();
             let mut window = vec![first];
             let deadline = tokio::time::Instant::now() + self.linger;
-            while bytes < self.max_window_bytes {
+            // A volume has one write in flight at a time: once every volume submitted, no
+            // more can come.
+            while bytes < self.max_window_bytes && window.len() < self.epochs.len() {
                 let next = match queued.try_recv() {
                     Ok(next) => Some(next),
                     Err(_) => tokio::time::timeout_at(deadline, queued.recv())

@@ -12,6 +12,9 @@ use super::format::{
 use crate::cold::s3::{Objects, Put};
 use crate::store::{LocalCopy, Position, Volume};
 
+/// Attempts at taking a volume whose history its owner keeps changing meanwhile.
+const MAX_TAKE_ATTEMPTS: u32 = 5;
+
 /// Most bytes of windows kept in memory while the volumes are taken, so the volumes that share
 /// a stream read each window once.
 const CACHE_BYTES: usize = 256 << 20;
@@ -109,6 +112,26 @@ impl<'a> Taker<'a> {
         data_dir: &Path,
         volume: usize,
     ) -> Result<(Manifest, String), ReplicaError> {
+        let mut attempts = 0;
+        loop {
+            match self.take_once(data_dir, volume).await {
+                Err(ReplicaError::HistoryMoved(why)) if attempts < MAX_TAKE_ATTEMPTS => {
+                    log::info!("replica: volume {volume}: {why}; reading its history again");
+                    attempts += 1;
+                }
+                taken => return taken,
+            }
+        }
+    }
+
+    /// One attempt of [`Taker::take`]: [`ReplicaError::HistoryMoved`] when the volume's
+    /// history changed while it was read (its owner snapshotted, and its collection deleted a
+    /// window the history named, or replaced the manifest before this node could).
+    async fn take_once(
+        &mut self,
+        data_dir: &Path,
+        volume: usize,
+    ) -> Result<(Manifest, String), ReplicaError> {
         let path = data_dir.join(Volume::file_name(volume));
         let mut local = LocalCopy::open(&path)?;
         let manifest_key = self.keys.manifest(volume);
@@ -143,7 +166,13 @@ impl<'a> Taker<'a> {
         };
         for segment in &mut chain[first..] {
             let start = after.take().map_or(segment.first, |seq| seq + 1);
-            self.replay(volume, &mut local, segment, start).await?;
+            if let Err(err) = self.replay(volume, &mut local, segment, start).await {
+                let now = self.objects.get(&manifest_key).await?;
+                if now.is_some_and(|(_, now)| now != etag) {
+                    return Err(ReplicaError::HistoryMoved(err.to_string()));
+                }
+                return Err(err);
+            }
         }
         chain.retain(|segment| segment.end != Some(segment.first));
         chain.push(self.own_segment());
@@ -184,8 +213,8 @@ impl<'a> Taker<'a> {
         };
         match written {
             Put::Stored(etag) => Ok((manifest, etag)),
-            Put::ConditionFailed => Err(ReplicaError::Refused(format!(
-                "volume {volume} was taken by another node while this one took it"
+            Put::ConditionFailed => Err(ReplicaError::HistoryMoved(format!(
+                "volume {volume}'s manifest was replaced while this node took it"
             ))),
         }
     }

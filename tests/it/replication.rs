@@ -11,12 +11,11 @@
 //! - why a manifest carries `version`: an `If-Match` rewrite with the same bytes keeps the ETag.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -24,8 +23,10 @@ use durability::cold::S3Settings;
 use s3::Bucket;
 use s3::error::S3Error;
 use serde_json::{Value, json};
+use tempfile::TempDir;
 
-use crate::common::{Rng, block_on, fresh_s3_bucket};
+use crate::common::process::{Server, find, header, replication_env, request, seed};
+use crate::common::{Rng, block_on, eventually, fd_count_lock, fresh_s3_bucket};
 
 const TOPIC: &str = "replicated";
 /// The replica's objects are under this prefix (the default).
@@ -51,7 +52,7 @@ fn a_second_server_on_the_bucket_fences_the_first() {
         ("DURABILITY__REPLICATION__GC_GRACE_MS", "3600000"),
     ];
 
-    let a = Server::start(dir_a.path(), &s3, &s3.endpoint, "a", &settings);
+    let a = start_node(dir_a.path(), &s3, &s3.endpoint, "a", &settings);
     let partitions = 0..4u32;
     let mut acknowledged: BTreeMap<u32, Vec<(u64, String)>> = BTreeMap::new();
     for round in 0..5 {
@@ -66,7 +67,7 @@ fn a_second_server_on_the_bucket_fences_the_first() {
         }
     }
 
-    let b = Server::start(dir_b.path(), &s3, &s3.endpoint, "b", &settings);
+    let b = start_node(dir_b.path(), &s3, &s3.endpoint, "b", &settings);
     for (partition, records) in &acknowledged {
         assert_eq!(
             &keyed_offsets(&read_all(b.addr, *partition)),
@@ -188,18 +189,8 @@ fn a_second_server_on_the_bucket_fences_the_first() {
 /// deduplication keys) leave each record exactly once, at contiguous offsets.
 #[test]
 fn a_bucket_that_stops_answering_makes_writes_unavailable_until_it_is_back() {
-    // The proxy's sockets count among this process's file descriptors.
-    let _alone = crate::common::fd_count_lock();
-    let s3 = block_on(fresh_s3_bucket());
-    let proxy = Proxy::start(&s3.endpoint);
-    let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(
-        dir.path(),
-        &s3,
-        &proxy.url(),
-        "solo",
-        &[("DURABILITY__REPLICATION__PUT_RETRY_MS", "500")],
-    );
+    let node = ProxiedNode::start("solo", "500");
+    let (server, proxy) = (&node.server, &node.proxy);
 
     let mut keys = Vec::new();
     for n in 0..5 {
@@ -305,21 +296,13 @@ fn a_bucket_that_stops_answering_makes_writes_unavailable_until_it_is_back() {
 /// a node rebuilding the log from the bucket finds the same records, once each.
 #[test]
 fn answers_lost_after_landing_make_no_duplicate() {
-    // The proxy's sockets count among this process's file descriptors.
-    let _alone = crate::common::fd_count_lock();
     const WRITES: u64 = 200;
-    let seed = seed();
-    let s3 = block_on(fresh_s3_bucket());
-    let proxy = Proxy::start(&s3.endpoint);
+    // The seed of the proxy's choices.
+    let seed = seed("REPLICATION_SEED");
+    let node = ProxiedNode::start("lossy", "2000");
+    let (server, proxy, s3) = (&node.server, &node.proxy, &node.s3);
+    // The proxy draws from its generator only while it loses answers (below).
     *proxy.state.rng.lock().unwrap() = Some(Rng::new(seed));
-    let dir = tempfile::tempdir().expect("temp dir");
-    let server = Server::start(
-        dir.path(),
-        &s3,
-        &proxy.url(),
-        "lossy",
-        &[("DURABILITY__REPLICATION__PUT_RETRY_MS", "2000")],
-    );
     // Only once the server has started: a lost answer to the incarnation's claim fails the
     // start (which is the claim's documented behaviour, not what this test is about).
     proxy.state.drop_percent.store(10, Ordering::Relaxed);
@@ -380,13 +363,13 @@ fn answers_lost_after_landing_make_no_duplicate() {
     // folder, the bucket reached directly) serves exactly these records, and the stream has
     // no gap (a window stored twice under two seqs would replay twice).
     let replay_dir = tempfile::tempdir().expect("temp dir");
-    let replay = Server::start(replay_dir.path(), &s3, &s3.endpoint, "replay", &[]);
+    let replay = start_node(replay_dir.path(), s3, &s3.endpoint, "replay", &[]);
     assert_eq!(
         keyed_offsets(&read_all(replay.addr, 0)),
         records,
         "seed {seed}: the log rebuilt from the bucket is the log served"
     );
-    let audit = block_on(audit_bucket(&s3));
+    let audit = block_on(audit_bucket(s3));
     let lossy = &audit.streams[&("lossy".to_owned(), 1)];
     assert!(
         lossy.fenced_at.is_some(),
@@ -394,20 +377,165 @@ fn answers_lost_after_landing_make_no_duplicate() {
     );
 }
 
-/// The seed of the proxy's choices: `REPLICATION_SEED`, or the clock.
-fn seed() -> u64 {
-    match std::env::var("REPLICATION_SEED") {
-        Ok(seed) => seed.trim().parse().expect("REPLICATION_SEED is an integer"),
-        Err(_) => std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|time| time.as_nanos() as u64)
-            .unwrap_or(1),
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // 4. Why a manifest carries a version
 // ---------------------------------------------------------------------------------------------
+
+/// Snapshots and garbage collection after a takeover delete the old owner's windows but keep
+/// its fence. The negative control deletes the fence, as a collection that did not keep fences
+/// would: the old owner's next write is then stored where the fence was and answered `202`,
+/// yet the new owner does not have it, nor does a node that takes the volume from the bucket
+/// afterwards. An acknowledged write is lost: the reason fences are kept for ever.
+#[test]
+fn collection_keeps_fences_and_a_deleted_fence_loses_an_acknowledged_write() {
+    let s3 = block_on(fresh_s3_bucket());
+    let (dir_a, dir_b, dir_c) = (temp_dir(), temp_dir(), temp_dir());
+    // Snapshot after every landed window and delete what is unneeded at once.
+    let settings = [
+        ("DURABILITY__REPLICATION__SNAPSHOT_BYTES", "1"),
+        ("DURABILITY__REPLICATION__GC_GRACE_MS", "0"),
+    ];
+    let a = start_node(dir_a.path(), &s3, &s3.endpoint, "a", &settings);
+    for n in 0..5 {
+        append_once(a.addr, 0, &format!("a-{n}")).expect("A's append");
+    }
+    let b = start_node(dir_b.path(), &s3, &s3.endpoint, "b", &settings);
+    let bucket = bucket_of(&s3);
+    let a_stream = format!("{PREFIX}/wal/a/0000000001/");
+    let fence = block_on(async {
+        let keys = stream_keys(&bucket, &a_stream).await;
+        for key in &keys {
+            // B's collections may delete A's windows meanwhile.
+            if let Ok(object) = bucket.get_object(key).await
+                && object.as_slice().starts_with(b"DURABILITY-FENCE")
+            {
+                return key.clone();
+            }
+        }
+        panic!("B sealed A's stream with a fence: {keys:?}")
+    });
+    // B's writes snapshot the volume; each snapshot's collection deletes what its history no
+    // longer needs: A's windows, but neither A's claim nor the fence.
+    let claim = format!("{a_stream}0000000000000000");
+    let collected = block_on(eventually(Duration::from_secs(30), async || {
+        append_once(b.addr, 0, "b-write").expect("B's append");
+        let keys = stream_keys(&bucket, &a_stream).await;
+        keys.iter().all(|key| *key == claim || *key == fence)
+    }));
+    let left = block_on(stream_keys(&bucket, &a_stream));
+    assert!(collected, "A's windows were collected: {left:?} left");
+    assert_eq!(
+        left,
+        [claim.clone(), fence.clone()],
+        "the claim and the fence are kept"
+    );
+
+    // The negative control: without the fence, the stale owner acknowledges a write...
+    block_on(bucket.delete_object(&fence)).expect("delete the fence");
+    let lost = append_once(a.addr, 0, "a-after-the-fence-is-gone")
+        .expect("without its fence, the stale owner's write lands and is acknowledged");
+    assert_eq!(lost, 5, "A appends after its own records");
+    // ...that no history holds.
+    let b_records = keyed_offsets(&read_all(b.addr, 0));
+    assert!(
+        !b_records
+            .iter()
+            .any(|(_, key)| key == "a-after-the-fence-is-gone"),
+        "the new owner does not have it: {b_records:?}"
+    );
+    drop(b);
+    let c = start_node(dir_c.path(), &s3, &s3.endpoint, "c", &settings);
+    let c_records = keyed_offsets(&read_all(c.addr, 0));
+    assert!(
+        !c_records
+            .iter()
+            .any(|(_, key)| key == "a-after-the-fence-is-gone"),
+        "a node taking the volume from the bucket does not have it either: {c_records:?}"
+    );
+    assert_eq!(c_records.len(), b_records.len(), "C holds what B held");
+}
+
+/// Under a long run of writes with small snapshots and no grace, the bucket's object count
+/// stays bounded while the windows written keep growing; a node whose data folder is deleted
+/// then restores every record from the latest snapshot and the windows after it.
+#[test]
+fn snapshots_and_collection_keep_the_object_count_bounded() {
+    const ROUNDS: u64 = 6;
+    const PER_ROUND: u64 = 50;
+    let s3 = block_on(fresh_s3_bucket());
+    let dir = temp_dir();
+    let settings = [
+        ("DURABILITY__REPLICATION__SNAPSHOT_BYTES", "4096"),
+        ("DURABILITY__REPLICATION__GC_GRACE_MS", "0"),
+    ];
+    let mut node = start_node(dir.path(), &s3, &s3.endpoint, "soak", &settings);
+    let bucket = bucket_of(&s3);
+    let mut counts = Vec::new();
+    let mut written = Vec::new();
+    for round in 0..ROUNDS {
+        for n in 0..PER_ROUND {
+            let key = format!("soak-{round}-{n}");
+            let offset = append_once(node.addr, (n % 4) as u32, &key).expect("an append");
+            written.push(((n % 4) as u32, offset, key));
+        }
+        counts.push(block_on(stream_keys(&bucket, &format!("{PREFIX}/"))).len());
+    }
+    // Every write is a window of its own. Those older than the latest snapshots are gone,
+    // whenever the collections ran: the count follows the snapshot size, not the writes.
+    let windows_written = ROUNDS * PER_ROUND;
+    let keys = block_on(stream_keys(&bucket, &format!("{PREFIX}/")));
+    let oldest_window = keys
+        .iter()
+        .filter_map(|key| key.strip_prefix(&format!("{PREFIX}/wal/soak/0000000001/")))
+        .filter_map(|seq| seq.parse::<u64>().ok())
+        .filter(|&seq| seq > 0)
+        .min();
+    assert!(
+        oldest_window.is_some_and(|seq| seq > windows_written / 3),
+        "the windows of the first third were collected; the bucket holds {keys:?}"
+    );
+    assert!(
+        counts
+            .iter()
+            .all(|&count| count as u64 <= windows_written / 2),
+        "objects after each round {counts:?} stay well below the {windows_written} windows \
+         written; the bucket holds {keys:?}"
+    );
+
+    node.kill();
+    std::fs::remove_dir_all(dir.path()).expect("delete the data folder");
+    let restored = start_node(dir.path(), &s3, &s3.endpoint, "soak", &settings);
+    for partition in 0..4 {
+        let expected: Vec<(u64, String)> = written
+            .iter()
+            .filter(|(p, _, _)| *p == partition)
+            .map(|(_, offset, key)| (*offset, key.clone()))
+            .collect();
+        assert_eq!(
+            keyed_offsets(&read_all(restored.addr, partition)),
+            expected,
+            "partition {partition} restored from the snapshot and the windows after it"
+        );
+    }
+}
+
+/// Every key under `prefix`, sorted.
+async fn stream_keys(bucket: &Bucket, prefix: &str) -> Vec<String> {
+    let mut keys: Vec<String> = bucket
+        .list(prefix.to_owned(), None)
+        .await
+        .expect("list the bucket")
+        .into_iter()
+        .flat_map(|page| page.contents)
+        .map(|object| object.key)
+        .collect();
+    keys.sort();
+    keys
+}
+
+fn temp_dir() -> TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
 
 /// Two writers hold the same ETag of a manifest and both replace it with `If-Match`. When the
 /// new bytes differ from the old (the version grew), the first write changes the ETag and the
@@ -706,166 +834,60 @@ fn assert_contiguous_and_unique(records: &[(u64, String)]) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The server process and a minimal HTTP client
+// Replicating nodes
 // ---------------------------------------------------------------------------------------------
 
-/// The `durability` binary on an ephemeral port, replicating to `s3`'s bucket reached at
-/// `endpoint`; killed when dropped.
-struct Server {
-    child: Child,
-    addr: SocketAddr,
+/// The `durability` binary over `data_dir` as node `node`, with its cold tier and its
+/// replication in `s3`'s bucket, reached at `endpoint`, logging warnings; `overrides` are set
+/// on top.
+fn start_node(
+    data_dir: &Path,
+    s3: &S3Settings,
+    endpoint: &str,
+    node: &str,
+    overrides: &[(&str, &str)],
+) -> Server {
+    let settings = replication_env(s3, endpoint, node);
+    let log = [("RUST_LOG", "warn")];
+    Server::start(
+        data_dir,
+        settings.iter().chain(&log).chain(overrides).copied(),
+    )
 }
 
-impl Server {
-    fn start(
-        data_dir: &Path,
-        s3: &S3Settings,
-        endpoint: &str,
-        node: &str,
-        overrides: &[(&str, &str)],
-    ) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_durability"))
-            .env("DURABILITY__SERVER__BIND", "127.0.0.1:0")
-            .env("DURABILITY__STORAGE__DATA_DIR", data_dir)
-            .env("DURABILITY__COLD__KIND", "s3")
-            .env("DURABILITY__COLD__S3_ENDPOINT", endpoint)
-            .env("DURABILITY__COLD__S3_BUCKET", &s3.bucket)
-            .env("DURABILITY__COLD__S3_REGION", &s3.region)
-            .env("DURABILITY__COLD__S3_ACCESS_KEY", &s3.access_key)
-            .env("DURABILITY__COLD__S3_SECRET_KEY", &s3.secret_key)
-            .env("DURABILITY__COLD__S3_PATH_STYLE", "true")
-            .env("DURABILITY__REPLICATION__KIND", "s3")
-            .env("DURABILITY__REPLICATION__NODE_ID", node)
-            .env("RUST_LOG", "warn")
-            .envs(overrides.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start the server binary");
-        let stdout = child.stdout.take().expect("piped stdout");
-        let (announce, announced) = mpsc::channel();
-        // Reads the address, then keeps draining stdout until the process dies.
-        thread::spawn(move || {
-            let mut announce = Some(announce);
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if let Some((_, addr)) = line.split_once("listening on http://")
-                    && let Some(announce) = announce.take()
-                {
-                    let _ = announce.send(addr.trim().to_owned());
-                }
-            }
-        });
-        let addr = match announced.recv_timeout(Duration::from_secs(30)) {
-            Ok(addr) => addr,
-            Err(err) => {
-                let _ = child.kill();
-                let status = child.wait();
-                panic!(
-                    "server {node} did not announce its address within 30 s ({err}; {status:?})"
-                );
-            }
-        };
-        let addr = addr.parse().expect("the announced address");
-        Self { child, addr }
-    }
+/// A node on a fresh bucket that it reaches through a [`Proxy`], retrying a window PUT that
+/// failed every `put_retry_ms`. Holds [`fd_count_lock`] while it lives: the proxy's sockets
+/// count among this process's file descriptors.
+struct ProxiedNode {
+    // Dropped in this order: the server is killed before its data folder is removed and
+    // before its proxy stops.
+    server: Server,
+    _data_dir: TempDir,
+    proxy: Proxy,
+    s3: S3Settings,
+    _alone: MutexGuard<'static, ()>,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Sends one request on a fresh connection; `Err` when the exchange failed.
-fn request(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    body: Option<&Value>,
-) -> Result<(u16, Value), String> {
-    let body = body.map(Value::to_string).unwrap_or_default();
-    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
-    if method != "GET" {
-        text.push_str(&format!(
-            "Content-Type: application/json\r\nContent-Length: {}\r\n",
-            body.len()
-        ));
-    }
-    text.push_str("\r\n");
-    text.push_str(&body);
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(10))
-        .map_err(|err| format!("connect: {err}"))?;
-    let timeout = Some(Duration::from_secs(30));
-    stream
-        .set_read_timeout(timeout)
-        .and_then(|()| stream.set_write_timeout(timeout))
-        .map_err(|err| format!("socket options: {err}"))?;
-    stream
-        .write_all(text.as_bytes())
-        .map_err(|err| format!("send: {err}"))?;
-    let mut response = Vec::new();
-    stream
-        .read_to_end(&mut response)
-        .map_err(|err| format!("receive: {err}"))?;
-    parse_response(&response)
-}
-
-fn parse_response(response: &[u8]) -> Result<(u16, Value), String> {
-    let split = find(response, b"\r\n\r\n").ok_or("no complete HTTP head")?;
-    let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
-    let mut body = response[split + 4..].to_vec();
-    let status: u16 = head
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .ok_or("no status line")?;
-    if header(&head, "transfer-encoding").is_some_and(|value| value.contains("chunked")) {
-        body = dechunk(&body).ok_or("chunked body cut short")?;
-    } else if let Some(length) = header(&head, "content-length") {
-        let length: usize = length.parse().map_err(|_| "bad content-length")?;
-        if body.len() < length {
-            return Err(format!("body cut short: {} of {length} bytes", body.len()));
+impl ProxiedNode {
+    fn start(node: &str, put_retry_ms: &str) -> Self {
+        let alone = fd_count_lock();
+        let s3 = block_on(fresh_s3_bucket());
+        let proxy = Proxy::start(&s3.endpoint);
+        let data_dir = tempfile::tempdir().expect("temp dir");
+        let server = start_node(
+            data_dir.path(),
+            &s3,
+            &proxy.url(),
+            node,
+            &[("DURABILITY__REPLICATION__PUT_RETRY_MS", put_retry_ms)],
+        );
+        Self {
+            server,
+            _data_dir: data_dir,
+            proxy,
+            s3,
+            _alone: alone,
         }
-        body.truncate(length);
-    }
-    let value = if body.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        serde_json::from_slice(&body).map_err(|err| format!("body is not JSON: {err}"))?
-    };
-    Ok((status, value))
-}
-
-/// The value of header `name` (lowercase) in a lowercased HTTP head.
-fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
-    head.lines().find_map(|line| {
-        let (key, value) = line.split_once(':')?;
-        (key.trim() == name).then(|| value.trim())
-    })
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack
-        .windows(needle.len())
-        .position(|window| window == needle)
-}
-
-/// Decodes a chunked body; `None` when it is incomplete.
-fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
-    let mut body = Vec::new();
-    loop {
-        let end = find(data, b"\r\n")?;
-        let line = std::str::from_utf8(&data[..end]).ok()?;
-        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
-        if size == 0 {
-            return Some(body);
-        }
-        let start = end + 2;
-        body.extend_from_slice(data.get(start..start + size)?);
-        data = data.get(start + size + 2..)?;
     }
 }
 

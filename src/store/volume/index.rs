@@ -103,7 +103,8 @@ impl Shared {
             "SELECT partition, offset, seq, dedup_key FROM records WHERE seq > ?1 ORDER BY seq",
         )?;
         let mut rows = statement.query([writer.indexed_through])?;
-        let mut recent = lock(&self.recent);
+        // Built whole, then swapped in: readers never see it half filled.
+        let mut recent: HashMap<i64, Recent> = HashMap::new();
         while let Some(row) = rows.next()? {
             let (partition, offset, seq): (i64, u64, i64) = (row.get(0)?, row.get(1)?, row.get(2)?);
             let entry = recent.entry(partition).or_default();
@@ -112,6 +113,7 @@ impl Shared {
                 entry.keys.insert(key, (offset, seq));
             }
         }
+        *lock(&self.recent) = recent;
         Ok(())
     }
 }

@@ -542,8 +542,8 @@ impl Shared {
         writer.conn = open_writer(&self.path, self.sync)?;
         self.capture(&writer.conn)?;
         writer.load_positions()?;
-        lock(&self.recent).clear();
-        // The in-memory index starts empty: index everything the reopened file holds.
+        // The in-memory index keeps serving readers meanwhile: it names committed records
+        // only, and the index pass below takes in everything the reopened file holds.
         self.poisoned.store(false, Ordering::SeqCst);
         self.index_or_remember(writer)?;
         self.epoch.fetch_add(1, Ordering::SeqCst);

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use durability::clock::ManualClock;
 use durability::store::{LogStore, Page, StoreError, StoreOptions};
 
+pub mod process;
 mod rng;
 pub mod routes;
 

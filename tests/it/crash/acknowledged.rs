@@ -16,9 +16,9 @@ use super::leases::{
     Failure, LeaseBook, ack, contiguous_acked_end, lease, lease_shape_problems, work,
 };
 use super::records::{Readback, Sent, bounds, produce, read_all, resend};
-use super::server::{Server, request};
-use super::{GROUP, LEASE_MS, MAX_RECORDS, PARTITIONS, TOPIC, seed};
+use super::{GROUP, LEASE_MS, MAX_RECORDS, PARTITIONS, TOPIC, seed, start_server};
 use crate::common::Rng;
+use crate::common::process::{replication_env, request};
 
 /// How long a check waits for a range to lease after a restart (the lease expiry included).
 const LEASE_WAIT_MS: u64 = LEASE_MS + 30_000;
@@ -390,19 +390,10 @@ fn acknowledged_writes_survive_repeated_sigkill() {
 #[test]
 fn acknowledged_writes_survive_sigkill_and_a_deleted_data_folder() {
     let s3 = crate::common::block_on(crate::common::fresh_s3_bucket());
-    let overrides = [
-        ("DURABILITY__COLD__KIND", "s3"),
-        ("DURABILITY__COLD__S3_ENDPOINT", s3.endpoint.as_str()),
-        ("DURABILITY__COLD__S3_BUCKET", s3.bucket.as_str()),
-        ("DURABILITY__COLD__S3_REGION", s3.region.as_str()),
-        ("DURABILITY__COLD__S3_ACCESS_KEY", s3.access_key.as_str()),
-        ("DURABILITY__COLD__S3_SECRET_KEY", s3.secret_key.as_str()),
-        ("DURABILITY__REPLICATION__KIND", "s3"),
-        ("DURABILITY__REPLICATION__NODE_ID", "crash"),
-        // Fewer appends per second than on the local disk: a smaller hot window, so retention
-        // flushes to the cold tier within the run.
-        ("DURABILITY__RETENTION__MAX_RECORDS", "20"),
-    ];
+    let mut overrides = replication_env(&s3, &s3.endpoint, "crash").to_vec();
+    // Fewer appends per second than on the local disk: a smaller hot window, so retention
+    // flushes to the cold tier within the run.
+    overrides.push(("DURABILITY__RETENTION__MAX_RECORDS", "20"));
     survive_kills(&overrides, true);
 }
 
@@ -425,7 +416,7 @@ fn survive_kills(overrides: &[(&str, &str)], wipe: bool) {
         verified: 0,
         cold: 0,
     };
-    let mut server = Server::start_with(dir.path(), overrides);
+    let mut server = start_server(dir.path(), overrides);
     for cycle in 0..KILLS {
         let addr = server.addr;
         let stop = Arc::new(AtomicBool::new(false));
@@ -470,7 +461,7 @@ fn survive_kills(overrides: &[(&str, &str)], wipe: bool) {
         if wipe {
             std::fs::remove_dir_all(dir.path().join("data")).expect("delete the data folder");
         }
-        server = Server::start_with(dir.path(), overrides);
+        server = start_server(dir.path(), overrides);
         let problems = verify(server.addr, &mut known);
         assert!(
             problems.is_empty(),

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use super::TOPIC;
 use super::records::bounds;
-use super::server::{Server, request};
+use super::{TOPIC, start_server};
+use crate::common::process::request;
 
 /// Appends `payloads` to `partition`: the status and the answer's error code, if any.
 fn append(addr: SocketAddr, partition: u32, payloads: &[Value]) -> (u16, String) {
@@ -49,7 +49,7 @@ fn accept_damage(dir: &Path, by: &str) -> (bool, String) {
 fn an_altered_record_stays_refused_across_kills_until_accepted() {
     let dir = tempfile::tempdir().expect("temp dir");
     let unlimited = [("DURABILITY__RETENTION__MAX_RECORDS", "0")];
-    let mut server = Server::start_with(dir.path(), &unlimited);
+    let mut server = start_server(dir.path(), &unlimited);
     assert_eq!(
         append(server.addr, 0, &[json!("hello"), json!("world")]).0,
         202
@@ -66,7 +66,7 @@ fn an_altered_record_stays_refused_across_kills_until_accepted() {
     assert_eq!(altered, 1);
     drop(conn);
 
-    let mut server = Server::start_with(dir.path(), &unlimited);
+    let mut server = start_server(dir.path(), &unlimited);
     let path = format!("/topics/{TOPIC}/partitions/0/records?from=0");
     let (status, answer) = request(server.addr, "GET", &path, None).expect("an answer");
     assert_eq!(
@@ -77,7 +77,7 @@ fn an_altered_record_stays_refused_across_kills_until_accepted() {
     server.kill();
 
     for restart in 0..2 {
-        let mut server = Server::start_with(dir.path(), &unlimited);
+        let mut server = start_server(dir.path(), &unlimited);
         for partition in [0, 1] {
             let answer = append(server.addr, partition, &[json!("after")]);
             assert_eq!(answer, (500, "corrupted".into()), "restart {restart}");
@@ -97,7 +97,7 @@ fn an_altered_record_stays_refused_across_kills_until_accepted() {
     let (again, output) = accept_damage(dir.path(), "ops");
     assert!(!again, "nothing left to accept: {output}");
 
-    let server = Server::start_with(dir.path(), &unlimited);
+    let server = start_server(dir.path(), &unlimited);
     assert_eq!(append(server.addr, 1, &[json!("after")]).0, 202);
 }
 
@@ -116,7 +116,7 @@ fn high_water(dir: &Path) -> u64 {
 #[test]
 fn a_write_ahead_log_lost_after_a_kill_is_reported_not_served() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut server = Server::start(dir.path());
+    let mut server = start_server(dir.path(), &[]);
     let addr = server.addr;
     for batch in 0..10 {
         let payloads: Vec<Value> = (0..100).map(|n| json!({ "n": batch * 100 + n })).collect();
@@ -135,7 +135,7 @@ fn a_write_ahead_log_lost_after_a_kill_is_reported_not_served() {
     assert!(wal.exists(), "the commits are in the write-ahead log");
     std::fs::remove_file(wal).expect("lose the write-ahead log");
 
-    let server = Server::start(dir.path());
+    let server = start_server(dir.path(), &[]);
     let addr = server.addr;
     let path = format!("/topics/{TOPIC}/partitions/0/records?from=0&limit=100");
     let (status, page) = request(addr, "GET", &path, None).expect("an answer");

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::server::request;
 use super::{GROUP, PARTITIONS, TOPIC};
+use crate::common::process::request;
 
 /// A leased range as the server answered it.
 #[derive(Clone, Debug)]

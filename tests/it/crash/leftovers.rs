@@ -10,9 +10,9 @@ use std::thread;
 use std::time::Duration;
 
 use super::records::{bounds, produce, read_all};
-use super::server::{Server, request};
-use super::{PARTITIONS, TOPIC, seed};
+use super::{PARTITIONS, TOPIC, seed, start_server};
 use crate::common::Rng;
+use crate::common::process::request;
 
 /// Kill/restart cycles of the leftovers test.
 const TRIM_KILLS: usize = 8;
@@ -66,7 +66,7 @@ fn sigkills_during_trims_leave_no_cold_leftovers() {
         ("DURABILITY__LOG__MAX_BATCH_SIZE", "7"),
         ("DURABILITY__LEASES__ENABLED", "false"),
     ];
-    let mut server = Server::start_with(dir.path(), &settings);
+    let mut server = start_server(dir.path(), &settings);
     for cycle in 0..TRIM_KILLS {
         let addr = server.addr;
         let stop = Arc::new(AtomicBool::new(false));
@@ -89,7 +89,7 @@ fn sigkills_during_trims_leave_no_cold_leftovers() {
                 report.problems.join("\n")
             );
         }
-        server = Server::start_with(dir.path(), &settings);
+        server = start_server(dir.path(), &settings);
     }
 
     let addr = server.addr;

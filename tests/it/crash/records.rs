@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::{Value, json};
 
 use super::TOPIC;
-use super::server::request;
 use crate::common::Rng;
+use crate::common::process::request;
 
 /// Events re-sent per request in the checks.
 const RESEND_CHUNK: usize = 40;

@@ -1,0 +1,244 @@
+//! The `durability` binary as a child process, for the tests that run the real server (crash
+//! safety, replication): the process on an ephemeral port, configured by environment variables
+//! (those that put its cold tier and its replication in a bucket included) and killed with
+//! SIGKILL at will; a minimal HTTP/1.1 client that reports every failure instead of panicking,
+//! since a request cut short by a kill or an outage has an unknown outcome; and the seed of a
+//! randomized run.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use durability::cold::S3Settings;
+use serde_json::Value;
+
+/// How long a started server has to announce its address.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`request`] waits for a connection.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`request`] waits on each read and write of the exchange.
+const IO_TIMEOUT: Duration = Duration::from_secs(30);
+
+// ---------------------------------------------------------------------------------------------
+// The server process
+// ---------------------------------------------------------------------------------------------
+
+/// The `durability` binary listening on an ephemeral port of 127.0.0.1 over a data folder;
+/// killed (SIGKILL) when dropped.
+pub struct Server {
+    child: Child,
+    /// Where it listens.
+    pub addr: SocketAddr,
+}
+
+impl Server {
+    /// Starts the binary over `data_dir` (`storage.data_dir`) with the environment variables
+    /// `env` (`DURABILITY__…`, `RUST_LOG`; a later one overrides an earlier one of the same
+    /// name) and waits until it announces `listening on http://ADDR` on its standard output.
+    /// Its standard error is the test's.
+    pub fn start<K, V>(data_dir: &Path, env: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
+        let env: Vec<(OsString, OsString)> = env
+            .into_iter()
+            .map(|(name, value)| (name.as_ref().to_owned(), value.as_ref().to_owned()))
+            .collect();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_durability"))
+            .env("DURABILITY__SERVER__BIND", "127.0.0.1:0")
+            .env("DURABILITY__STORAGE__DATA_DIR", data_dir)
+            .envs(env.iter().map(|(name, value)| (name, value)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the server binary");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (announce, announced) = mpsc::channel();
+        // Reads the address, then keeps draining stdout until the process dies.
+        thread::spawn(move || {
+            let mut announce = Some(announce);
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some((_, addr)) = line.split_once("listening on http://")
+                    && let Some(announce) = announce.take()
+                {
+                    let _ = announce.send(addr.trim().to_owned());
+                }
+            }
+        });
+        let addr = match announced.recv_timeout(START_TIMEOUT) {
+            Ok(addr) => addr,
+            Err(err) => {
+                let _ = child.kill();
+                let status = child.wait();
+                panic!(
+                    "the server over {} did not announce its address within {START_TIMEOUT:?} \
+                     ({err}; {status:?}); its environment: {env:?}",
+                    data_dir.display()
+                );
+            }
+        };
+        let addr = addr
+            .parse()
+            .expect("the announced address is a socket address");
+        Self { child, addr }
+    }
+
+    /// SIGKILL, and reap the process.
+    pub fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL the server");
+        self.child.wait().expect("reap the server");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The environment variables of node `node` keeping its cold tier in `s3`'s bucket and
+/// replicating every write to it, the bucket reached at `endpoint` (`s3.endpoint`, or a proxy in
+/// front of it).
+pub fn replication_env<'a>(
+    s3: &'a S3Settings,
+    endpoint: &'a str,
+    node: &'a str,
+) -> [(&'static str, &'a str); 9] {
+    [
+        ("DURABILITY__COLD__KIND", "s3"),
+        ("DURABILITY__COLD__S3_ENDPOINT", endpoint),
+        ("DURABILITY__COLD__S3_BUCKET", &s3.bucket),
+        ("DURABILITY__COLD__S3_REGION", &s3.region),
+        ("DURABILITY__COLD__S3_ACCESS_KEY", &s3.access_key),
+        ("DURABILITY__COLD__S3_SECRET_KEY", &s3.secret_key),
+        ("DURABILITY__COLD__S3_PATH_STYLE", "true"),
+        ("DURABILITY__REPLICATION__KIND", "s3"),
+        ("DURABILITY__REPLICATION__NODE_ID", node),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// A minimal HTTP/1.1 client: one request per connection, every failure reported, never a panic
+// ---------------------------------------------------------------------------------------------
+
+/// Sends one request on a fresh connection (`Connection: close`; a JSON `body`, if any): the
+/// status and the JSON body of the answer (`Null` when empty). `Err` when the exchange failed
+/// (refused, reset, timed out, cut short, not JSON), in which case the outcome of the request
+/// is unknown.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<(u16, Value), String> {
+    let body = body.map(Value::to_string).unwrap_or_default();
+    let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    if method != "GET" {
+        text.push_str(&format!(
+            "Content-Type: application/json\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    text.push_str("\r\n");
+    text.push_str(&body);
+    let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+        .map_err(|err| format!("connect: {err}"))?;
+    stream
+        .set_read_timeout(Some(IO_TIMEOUT))
+        .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
+        .map_err(|err| format!("socket options: {err}"))?;
+    stream
+        .write_all(text.as_bytes())
+        .map_err(|err| format!("send: {err}"))?;
+    let mut response = Vec::new();
+    stream
+        .read_to_end(&mut response)
+        .map_err(|err| format!("receive: {err}"))?;
+    parse_response(&response)
+}
+
+/// The status and JSON body of a whole HTTP/1.1 answer (chunked or with a `Content-Length`).
+fn parse_response(response: &[u8]) -> Result<(u16, Value), String> {
+    let split = find(response, b"\r\n\r\n").ok_or("no complete HTTP head")?;
+    let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
+    let mut body = response[split + 4..].to_vec();
+    let status: u16 = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .ok_or("no status line")?;
+    if header(&head, "transfer-encoding").is_some_and(|value| value.contains("chunked")) {
+        body = dechunk(&body).ok_or("chunked body cut short")?;
+    } else if let Some(length) = header(&head, "content-length") {
+        let length: usize = length.parse().map_err(|_| "bad content-length")?;
+        if body.len() < length {
+            return Err(format!("body cut short: {} of {length} bytes", body.len()));
+        }
+        body.truncate(length);
+    }
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(&body).map_err(|err| format!("body is not JSON: {err}"))?
+    };
+    Ok((status, value))
+}
+
+/// The value of header `name` (lowercase) in a lowercased HTTP head.
+pub fn header<'a>(head: &'a str, name: &str) -> Option<&'a str> {
+    head.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key.trim() == name).then(|| value.trim())
+    })
+}
+
+/// Where `needle` first occurs in `haystack`.
+pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack
+        .windows(needle.len())
+        .position(|window| window == needle)
+}
+
+/// Decodes a chunked body; `None` when it is incomplete.
+fn dechunk(mut data: &[u8]) -> Option<Vec<u8>> {
+    let mut body = Vec::new();
+    loop {
+        let end = find(data, b"\r\n")?;
+        let line = std::str::from_utf8(&data[..end]).ok()?;
+        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
+        if size == 0 {
+            return Some(body);
+        }
+        let start = end + 2;
+        body.extend_from_slice(data.get(start..start + size)?);
+        data = data.get(start + size + 2..)?;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The seed of a randomized run
+// ---------------------------------------------------------------------------------------------
+
+/// The seed of a run: the integer in the environment variable `variable` (to replay a run),
+/// or else the clock.
+pub fn seed(variable: &str) -> u64 {
+    match std::env::var(variable) {
+        Ok(seed) => seed
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{variable} is an integer")),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|time| time.as_nanos() as u64)
+            .unwrap_or(1),
+    }
+}
