@@ -18,7 +18,7 @@ use crate::registry::{
     Addresses, DeadLetterFor, PartitionCounters, PartitionRegistry, RegistryParts, Signals,
 };
 use crate::replica::Replicator;
-use crate::store::{ColdFlushCounters, Stream, Volumes};
+use crate::store::{ColdFlushCounters, ReplicaCounters, Stream, Volumes};
 
 /// Opens a [`Log`] with parts other than the configured ones.
 #[must_use]
@@ -70,6 +70,7 @@ impl LogBuilder {
             })?,
         };
         let storage = &config.storage;
+        let replica_counters = Arc::new(ReplicaCounters::default());
         let stream = match config.replication.kind {
             ReplicationKind::None => None,
             ReplicationKind::S3 => Some(
@@ -78,6 +79,7 @@ impl LogBuilder {
                     &config.cold.s3(),
                     &storage.data_dir,
                     storage.volumes,
+                    replica_counters.clone(),
                 )
                 .map_err(|err| {
                     Error::unavailable(None, "cannot take the volumes", Some(err.into()))
@@ -112,6 +114,7 @@ impl LogBuilder {
                     volumes: volumes.clone(),
                     waits_released: waits_released.clone(),
                     addresses: addresses.clone(),
+                    replica_counters: replica_counters.clone(),
                 }),
             };
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
@@ -149,6 +152,7 @@ impl LogBuilder {
                 volumes,
                 waits_released,
                 addresses,
+                replica_counters,
             }),
         })
     }

@@ -44,7 +44,7 @@ use crate::partition::{self, PartitionActor, PartitionStats};
 use crate::registry::{
     Addresses, Locate, OpenStores, PartitionRegistry, RunningPartitions, Shutdown, Signals,
 };
-use crate::store::Volumes;
+use crate::store::{ReplicaCounters, Volumes};
 use long_poll::WaitsReleased;
 
 /// The embeddable log. Cheap to clone; every clone talks to the same partitions.
@@ -67,6 +67,8 @@ struct Inner {
     /// Partitions' actors as last located, so a call goes straight to the partition instead
     /// of asking the registry first (a round trip to its thread).
     addresses: Arc<Addresses>,
+    /// What replication did, for the metrics (zero without replication).
+    replica_counters: Arc<ReplicaCounters>,
 }
 
 impl std::fmt::Debug for Log {
@@ -266,6 +268,11 @@ impl Log {
     /// since it opened. Does not block.
     pub fn cold_flushes(&self) -> Arc<ColdFlushCounters> {
         self.inner.flush_counters.clone()
+    }
+
+    /// What replication to object storage did since the log opened (all zero without it).
+    pub fn replica_counters(&self) -> Arc<ReplicaCounters> {
+        self.inner.replica_counters.clone()
     }
 
     /// The counts of partitions opened and closed since the log opened, and of requests

@@ -13,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use super::format::{Manifest, Snapshot, is_fence};
@@ -83,6 +84,7 @@ impl Node {
                     "replica: volume {volume} snapshotted ({} bytes)",
                     bytes.len()
                 );
+                self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
                 held.manifest = next;
                 held.etag = etag;
                 held.since_snapshot = 0;
@@ -158,6 +160,7 @@ impl Node {
                 }
             }
             self.objects.delete(&key).await?;
+            self.counters.deleted.fetch_add(1, Ordering::Relaxed);
             unneeded.since.remove(&key);
             deleted += 1;
         }

@@ -17,6 +17,7 @@ mod take;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,9 @@ use tokio::sync::mpsc;
 use crate::cold::S3Settings;
 use crate::cold::s3::{ObjectError, Objects, Put};
 use crate::config::ReplicationSettings;
-use crate::store::{Landed, Landing, LocalCopy, Position, StoreError, Stream, Volume};
+use crate::store::{
+    Landed, Landing, LocalCopy, Position, ReplicaCounters, StoreError, Stream, Volume,
+};
 use format::{Keys, Manifest, Window, is_fence};
 
 /// Why the volumes cannot be taken.
@@ -117,6 +120,7 @@ struct Node {
     snapshot_bytes: u64,
     snapshot_interval: Duration,
     gc_grace: Duration,
+    counters: Arc<ReplicaCounters>,
 }
 
 impl Replicator {
@@ -130,6 +134,7 @@ impl Replicator {
         s3: &S3Settings,
         data_dir: &Path,
         volumes: usize,
+        counters: Arc<ReplicaCounters>,
     ) -> Result<Arc<Self>, ReplicaError> {
         let extra = data_dir.join(Volume::file_name(volumes));
         if extra.exists() {
@@ -158,7 +163,7 @@ impl Replicator {
                     }
                 };
                 runtime.block_on(async move {
-                    match Node::take(objects, &settings, data_dir, volumes).await {
+                    match Node::take(objects, &settings, data_dir, volumes, counters).await {
                         Ok(node) => {
                             let _ = started.send(Ok(()));
                             tokio::spawn(node.clone().collect_garbage());
@@ -188,6 +193,7 @@ impl Node {
         settings: &ReplicationSettings,
         data_dir: PathBuf,
         volumes: usize,
+        counters: Arc<ReplicaCounters>,
     ) -> Result<Arc<Self>, ReplicaError> {
         let keys = Keys::new(&settings.prefix);
         let node = settings.node();
@@ -219,6 +225,7 @@ impl Node {
             snapshot_bytes: settings.snapshot_bytes,
             snapshot_interval: Duration::from_millis(settings.snapshot_interval_ms),
             gc_grace: Duration::from_millis(settings.gc_grace_ms),
+            counters,
         }))
     }
 
@@ -364,6 +371,7 @@ impl StreamWriter {
                             format!("{key} holds another writer's window")
                         };
                         log::error!("replica: {reason}");
+                        node.counters.fenced.store(true, Ordering::Relaxed);
                         self.fenced = Some(reason.clone());
                         return Err(reason);
                     }
@@ -373,6 +381,7 @@ impl StreamWriter {
                 Err(err) => err.to_string(),
             };
             failures += 1;
+            node.counters.put_failures.fetch_add(1, Ordering::Relaxed);
             if failures == 1 || failures.is_power_of_two() {
                 log::warn!("replica: storing {key} failed ({failures} times): {failure}");
             }
@@ -383,6 +392,10 @@ impl StreamWriter {
             log::info!("replica: stored {key} after {failures} failures");
         }
         self.next_seq += 1;
+        node.counters.windows.fetch_add(1, Ordering::Relaxed);
+        node.counters
+            .window_bytes
+            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
         Ok(at)
     }
 }

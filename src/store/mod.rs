@@ -40,7 +40,9 @@ pub use due::{DuePartition, DuePosition};
 pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record, check_offset, page_limit, unsigned_offset};
-pub use replication::{Landed, Landing, LocalCopy, Position, Stream, VolumeReplica};
+pub use replication::{
+    Landed, Landing, LocalCopy, Position, ReplicaCounters, Stream, VolumeReplica,
+};
 pub use retention::{ColdFlushCounters, ColdTier};
 pub use tail::Retention;
 pub use volume::{INDEX_EVERY_ROWS, Volume};

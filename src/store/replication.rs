@@ -13,6 +13,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, TryRecvError};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
@@ -48,6 +49,49 @@ pub trait Stream: Send + Sync {
     /// Lands `redo`, the changes of one transaction of volume `volume`, blocking until its
     /// outcome is known or the retry time has passed.
     fn land(&self, volume: usize, redo: Arc<[u8]>) -> Landing;
+}
+
+/// What a node's replication has done since it started, read by the server's metrics.
+#[derive(Debug, Default)]
+pub struct ReplicaCounters {
+    pub(crate) windows: AtomicU64,
+    pub(crate) window_bytes: AtomicU64,
+    pub(crate) put_failures: AtomicU64,
+    pub(crate) snapshots: AtomicU64,
+    pub(crate) deleted: AtomicU64,
+    pub(crate) fenced: AtomicBool,
+}
+
+impl ReplicaCounters {
+    /// Windows stored in the bucket.
+    pub fn windows(&self) -> u64 {
+        self.windows.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of those windows.
+    pub fn window_bytes(&self) -> u64 {
+        self.window_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Attempts to store a window that failed (each was retried).
+    pub fn put_failures(&self) -> u64 {
+        self.put_failures.load(Ordering::Relaxed)
+    }
+
+    /// Volume snapshots stored.
+    pub fn snapshots(&self) -> u64 {
+        self.snapshots.load(Ordering::Relaxed)
+    }
+
+    /// Objects deleted by garbage collection.
+    pub fn deleted(&self) -> u64 {
+        self.deleted.load(Ordering::Relaxed)
+    }
+
+    /// Whether another node took this node's volumes: it refuses writes from then on.
+    pub fn fenced(&self) -> bool {
+        self.fenced.load(Ordering::Relaxed)
+    }
 }
 
 /// A volume's link to its stream.

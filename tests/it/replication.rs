@@ -87,6 +87,13 @@ fn a_second_server_on_the_bucket_fences_the_first() {
             "a fenced node refuses writes; answered {answer:?}"
         );
     }
+    // The metrics say so, and how many windows A stored.
+    assert_eq!(metric(a.addr, "durability_replica_fenced"), Some(1.0));
+    assert_eq!(metric(b.addr, "durability_replica_fenced"), Some(0.0));
+    assert!(
+        metric(a.addr, "durability_replica_windows_total").is_some_and(|windows| windows >= 20.0),
+        "A stored a window per acknowledged write at least"
+    );
     // Still refused on a second try (the refusal is for good), and reads keep working.
     let again = append(a.addr, 0, "a-after-fence-again").expect("A answers");
     assert_eq!(
@@ -517,6 +524,22 @@ fn snapshots_and_collection_keep_the_object_count_bounded() {
             "partition {partition} restored from the snapshot and the windows after it"
         );
     }
+}
+
+/// The value of the unlabelled metric `name` in the server's `GET /metrics`.
+fn metric(addr: SocketAddr, name: &str) -> Option<f64> {
+    let mut stream = TcpStream::connect(addr).expect("connect");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("send");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).expect("read");
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+        .and_then(|value| value.trim().parse().ok())
 }
 
 /// Every key under `prefix`, sorted.

@@ -33,6 +33,10 @@
 //! | `durability_partitions_closed_for_room_total` | counter (closed under `max_open`) | |
 //! | `durability_overloaded_total` | counter (requests answered `overloaded`) | |
 //! | `durability_retention_runs_total` | counter (retention runs of due partitions by the sweep) | |
+//! | `durability_replica_windows_total`, `durability_replica_window_bytes_total` | counter (windows stored in the bucket; see the README's Replication) | |
+//! | `durability_replica_put_failures_total` | counter (attempts to store a window that failed and were retried) | |
+//! | `durability_replica_snapshots_total`, `durability_replica_deleted_objects_total` | counter (volume snapshots stored; objects garbage collection deleted) | |
+//! | `durability_replica_fenced` | gauge (1 once another node took this node's volumes: writes are refused) | |
 //! | `durability_damaged_volumes` | gauge (1 for each damaged volume; see the README's Guarantees) | `volume`, `kind` (`malformed`, `lost`, `unopenable`) |
 //! | `process_open_fds`, `process_threads`, `process_resident_memory_bytes`, ... | the process's own figures (Linux) | |
 
@@ -49,6 +53,7 @@ use prometheus::{
 use crate::log::ColdFlushCounters;
 use crate::log::{GroupPosition, LeaseState, Log, PartitionCounters};
 use crate::names::PartitionId;
+use crate::store::ReplicaCounters;
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
 /// `Metrics` can be shared by all the workers of an `HttpServer`.
@@ -70,11 +75,19 @@ struct Inner {
     partitions_closed_for_room: IntCounter,
     overloaded: IntCounter,
     retention_runs: IntCounter,
+    replica_windows: IntCounter,
+    replica_window_bytes: IntCounter,
+    replica_put_failures: IntCounter,
+    replica_snapshots: IntCounter,
+    replica_deleted: IntCounter,
+    replica_fenced: IntGauge,
     damaged_volumes: IntGaugeVec,
     /// The stores' own counts, copied into `cold_flushes` at render time.
     flush_counters: Arc<ColdFlushCounters>,
     /// The registry's own counts, copied in at render time.
     partition_counters: Arc<PartitionCounters>,
+    /// Replication's own counts, copied in at render time.
+    replica_counters: Arc<ReplicaCounters>,
     /// Held while the gauges are refilled and while the registry is rendered, so that a scrape
     /// never shows another scrape's half-filled gauges.
     scrape: Mutex<()>,
@@ -97,6 +110,7 @@ impl Metrics {
         Self::new(
             log.cold_flushes(),
             log.partition_counters(),
+            log.replica_counters(),
             log.config().metrics.max_topics,
         )
     }
@@ -111,6 +125,7 @@ impl Metrics {
     pub fn new(
         flush_counters: Arc<ColdFlushCounters>,
         partition_counters: Arc<PartitionCounters>,
+        replica_counters: Arc<ReplicaCounters>,
         max_topics: usize,
     ) -> Self {
         let registry = Registry::new();
@@ -182,6 +197,33 @@ impl Metrics {
                 "durability_retention_runs_total",
                 "Retention runs of partitions the sweep found due.",
             ),
+            replica_windows: counter(
+                "durability_replica_windows_total",
+                "Windows of writes stored in the replica's bucket.",
+            ),
+            replica_window_bytes: counter(
+                "durability_replica_window_bytes_total",
+                "Bytes of the windows stored in the replica's bucket.",
+            ),
+            replica_put_failures: counter(
+                "durability_replica_put_failures_total",
+                "Attempts to store a window that failed (each is retried).",
+            ),
+            replica_snapshots: counter(
+                "durability_replica_snapshots_total",
+                "Volume snapshots stored in the replica's bucket.",
+            ),
+            replica_deleted: counter(
+                "durability_replica_deleted_objects_total",
+                "Replica objects deleted by garbage collection.",
+            ),
+            replica_fenced: register(
+                &registry,
+                IntGauge::new(
+                    "durability_replica_fenced",
+                    "1 once another node took this node's volumes: writes are refused.",
+                ),
+            ),
             damaged_volumes: register(
                 &registry,
                 Ok(gauges(
@@ -194,6 +236,7 @@ impl Metrics {
             registry,
             flush_counters,
             partition_counters,
+            replica_counters,
             scrape: Mutex::new(()),
         };
         Self {
@@ -277,6 +320,13 @@ impl Metrics {
         );
         catch_up(&self.inner.overloaded, partitions.overloaded());
         catch_up(&self.inner.retention_runs, partitions.retention_runs());
+        let replica = &self.inner.replica_counters;
+        catch_up(&self.inner.replica_windows, replica.windows());
+        catch_up(&self.inner.replica_window_bytes, replica.window_bytes());
+        catch_up(&self.inner.replica_put_failures, replica.put_failures());
+        catch_up(&self.inner.replica_snapshots, replica.snapshots());
+        catch_up(&self.inner.replica_deleted, replica.deleted());
+        self.inner.replica_fenced.set(i64::from(replica.fenced()));
         self.inner.open_partitions.set(gauge(partitions.open()));
         self.inner.partition_actors.set(gauge(partitions.actors()));
         TextEncoder::new()
@@ -553,6 +603,7 @@ mod tests {
         let metrics = Metrics::new(
             Arc::new(ColdFlushCounters::default()),
             Arc::new(PartitionCounters::default()),
+            Arc::default(),
             100,
         );
         metrics.appended("events", 3, 42);
@@ -575,6 +626,8 @@ mod tests {
             r#"durability_leases{group="billing",partition="0",state="active",topic="events"} 1"#,
             r#"durability_cold_flushes_total{result="ok"} 0"#,
             r#"durability_cold_flushes_total{result="error"} 0"#,
+            "durability_replica_windows_total 0",
+            "durability_replica_fenced 0",
             r#"durability_http_request_duration_seconds_count{method="GET",route="/topics/{topic}",status="200"} 1"#,
             "# TYPE durability_http_request_duration_seconds histogram",
         ] {
@@ -588,6 +641,7 @@ mod tests {
         let metrics = Metrics::new(
             Arc::new(ColdFlushCounters::default()),
             Arc::new(PartitionCounters::default()),
+            Arc::default(),
             100,
         );
         metrics.records_read("nothing-here", 0);
@@ -601,6 +655,7 @@ mod tests {
         let metrics = Metrics::new(
             Arc::new(ColdFlushCounters::default()),
             Arc::new(PartitionCounters::default()),
+            Arc::default(),
             100,
         );
         let id = PartitionId::new("events", 0).unwrap();
@@ -650,6 +705,7 @@ mod tests {
         let metrics = Metrics::new(
             Arc::new(ColdFlushCounters::default()),
             Arc::new(PartitionCounters::default()),
+            Arc::default(),
             100,
         );
         metrics.request("GET", "/poll", 200, Duration::from_millis(MAX_WAIT_MS + 50));
