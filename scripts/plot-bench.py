@@ -11,6 +11,9 @@ Reads the results.json written by `cargo bench --bench suite` and writes into OU
   scale.png       append and read rates and private resident memory against the records already stored
   million.png     new partitions/s in each tenth of the million-partitions run against the partitions
                   written, with the smaller runs under two partitions.max_open values
+  replication.png records/s of 100-record and single-record POSTs with replication to a bucket
+                  ("s3", local and +25 ms per call) next to the local disk alone ("none"), with the
+                  p50 ack latency of each
 
 A section that is missing or empty in the JSON is skipped with a note; the other plots are
 still drawn. Needs matplotlib only (Agg backend, no display).
@@ -252,6 +255,38 @@ def plot_million(results, out_dir):
     save(fig, out_dir, "million.png")
 
 
+# replication.png
+
+
+def plot_replication(results, out_dir):
+    modes = entries_with(results.get("replication") or {}, "modes", ("name", "batches", "single"))
+    if not modes:
+        note("no 'replication' results: skipping replication.png")
+        return
+    fig, axes = plt.subplots(1, 2, figsize=(FIGSIZE[0] * 1.4, FIGSIZE[1]))
+    for ax, load, title in (
+        (axes[0], "batches", "100-record POSTs, 16 connections"),
+        (axes[1], "single", "single-record POSTs, 50 connections"),
+    ):
+        names = [m["name"] for m in modes]
+        rates = [m[load]["rate"] for m in modes]
+        bars = ax.bar(range(len(modes)), rates, color=["#888888", "#3b75af", "#aec7e8"][: len(modes)])
+        for bar, m in zip(bars, modes):
+            ax.annotate(
+                f"p50 {m[load]['p50_ms']:.1f} ms",
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center", va="bottom", fontsize="small",
+            )
+        ax.set_xticks(range(len(modes)))
+        ax.set_xticklabels([n.replace(", ", "\n") for n in names], fontsize="small")
+        ax.yaxis.set_major_formatter(FuncFormatter(si))
+        ax.set_ylabel("records/s")
+        ax.set_title(title)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle("Every write in the bucket before its answer, next to the local disk alone")
+    save(fig, out_dir, "replication.png")
+
+
 def main(argv):
     if len(argv) != 3:
         print(__doc__.strip().splitlines()[2], file=sys.stderr)
@@ -260,7 +295,7 @@ def main(argv):
     with open(results_path, encoding="utf-8") as f:
         results = json.load(f)
     os.makedirs(out_dir, exist_ok=True)
-    for plot in (plot_throughput, plot_latency, plot_scale, plot_million):
+    for plot in (plot_throughput, plot_latency, plot_scale, plot_million, plot_replication):
         try:
             plot(results, out_dir)
         except Exception as error:  # one bad section must not cost the other plots

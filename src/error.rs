@@ -1,8 +1,7 @@
 //! The crate's umbrella error, with stable codes.
 
 use crate::config::ConfigError;
-pub use crate::error_code::ErrorCode;
-pub(crate) use crate::error_code::with_causes;
+pub use crate::error_code::{ErrorCode, with_causes};
 use crate::names::{NameError, PartitionId};
 use crate::store::StoreError;
 

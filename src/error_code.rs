@@ -145,7 +145,7 @@ impl PartialEq<ErrorCode> for &str {
 }
 
 /// `err` followed by each of its causes: `storage failure: database disk image is malformed`.
-pub(crate) fn with_causes(err: &dyn std::error::Error) -> String {
+pub fn with_causes(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {

@@ -169,20 +169,9 @@ fn raise_fd_limit() {
 /// Serves until a shutdown signal: SIGTERM and Ctrl-C alike stop accepting connections, answer
 /// waiting long-polls at once, let the requests in flight finish (at most [`SHUTDOWN_GRACE`]),
 /// then commit what the partitions have queued and close the volumes.
-/// `err` followed by each of its causes, `: `-separated: what went wrong, down to why.
-fn with_causes(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
-}
-
 async fn serve(config: Config) -> std::io::Result<()> {
-    let log = Log::open(config.clone()).map_err(|err| std::io::Error::other(with_causes(&err)))?;
+    let log = Log::open(config.clone())
+        .map_err(|err| std::io::Error::other(durability::error::with_causes(&err)))?;
     warn_if_cold_store_unreachable(&config).await;
     let served = log.clone();
     // One set of metrics for every worker, so a scrape sees the whole server.

@@ -8,10 +8,10 @@
 //! Without `--server` (or without wrk / redis-server installed) the HTTP (or Redis) rows are
 //! left out. `--quick` grows the partition to 10⁶ records instead of 10⁷ for the cost-growth
 //! rows, and writes 10⁵ partitions instead of 10⁶, idle 60 s instead of 300, in the million
-//! section. `--only` runs one section: `throughput` (which latency needs), `cold`, `partitions`
-//! (needs `--server`), `scale`, `million` (needs `--server`) or `replication` (needs
-//! `--server`, and starts `scripts/s3-server`). Writes `DIR/BENCHMARKS.md` and
-//! `DIR/bench/results.json`.
+//! section, and 10⁴ quiet partitions instead of 10⁵ in the replication section. `--only` runs
+//! one section: `throughput` (which latency needs), `cold`, `partitions` (needs `--server`),
+//! `scale`, `million` (needs `--server`) or `replication` (needs `--server`, and starts
+//! `scripts/s3-server`). Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`.
 
 mod embedded;
 mod external;

@@ -367,9 +367,10 @@ fn quiet(
     measured
 }
 
-/// Writes `records` records to one partition, kills the server, deletes its data folder and
-/// starts it again: seconds from the start until it serves, having restored every record.
-fn restore(binary: &Path, dir: &Path, s3: Bucket, records: u64, payload: &str) -> f64 {
+/// Writes at least `records` records to one partition, kills the server, deletes its data
+/// folder and starts it again: the records written, and the seconds from the start until it
+/// serves, having restored every one.
+fn restore(binary: &Path, dir: &Path, s3: Bucket, records: u64, payload: &str) -> (u64, f64) {
     let _ = std::fs::remove_dir_all(dir);
     std::fs::create_dir_all(dir).unwrap();
     let (server_run, address, _) = server(binary, dir, Some(s3));
@@ -400,7 +401,7 @@ fn restore(binary: &Path, dir: &Path, s3: Bucket, records: u64, payload: &str) -
     let seconds = started.elapsed().as_secs_f64();
     assert_eq!(next_offset(address), written, "every record restored");
     eprintln!("  restored {written} records in {seconds:.1} s");
-    seconds
+    (written, seconds)
 }
 
 /// The whole section.
@@ -467,18 +468,17 @@ pub fn run(
             )
         })
         .collect();
-    let records = if quick { 100_000 } else { 1_000_000 };
-    let seconds = restore(
+    let restored = restore(
         binary,
         &root.join("restore"),
         (s3, "restore"),
-        records,
+        1_000_000,
         payload,
     );
     Replication {
         modes,
         quiet,
-        restore: Some((records, seconds)),
+        restore: Some(restored),
         linger_ms: 2,
         put_ms,
     }
