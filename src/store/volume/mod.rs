@@ -25,10 +25,14 @@
 //! due times they move), `Shared::write` (cursors, leases, trims and the cold index, settled
 //! due times, reviewed limits), and `Shared::unsynced` (what can be rebuilt or forgotten: a new
 //! partition's row before its first durable write, index passes). Migrations run once at open.
+//! When the volume is replicated, each door lands its transaction's changes in the node's
+//! stream just before it commits, and first settles a landing not known in time (see
+//! `replication.rs`).
 //!
-//! Lock order: `Shared::writer` before `Shared::recent` and `Shared::pending`, and before a partition's
-//! `PartitionTail` locks (`tail`, `due`); `recent` is never held while taking `writer`. The
-//! commit queue's and the trim locks' own locks are never held while taking any other.
+//! Lock order: `Shared::writer` before `Shared::recent` and `Shared::pending`, and before a
+//! partition's `PartitionTail` locks (`tail`, `due`); `recent` is never held while taking
+//! `writer`. The commit queue's and the trim locks' own locks are never held while taking any
+//! other.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
