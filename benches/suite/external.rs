@@ -123,6 +123,30 @@ pub fn server(binary: &Path, dir: &Path) -> (Running, SocketAddr) {
     (Running(child), address)
 }
 
+/// Sends `request` (a whole HTTP/1.1 request ending its connection: `Connection: close`) to
+/// `address`, and answers the whole answer, head and body.
+pub fn exchange(address: SocketAddr, request: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+/// The next offset of partition 0 of the bench topic, asked over HTTP.
+pub fn next_offset(address: SocketAddr) -> u64 {
+    let answer = exchange(
+        address,
+        &format!(
+            "GET /topics/bench/partitions/0/bounds HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+        ),
+    );
+    let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    let bounds: serde_json::Value = serde_json::from_str(body).unwrap();
+    bounds["nextOffset"].as_u64().unwrap()
+}
+
 /// What `wrk` measured.
 pub struct Wrk {
     pub requests_per_second: f64,

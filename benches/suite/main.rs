@@ -281,7 +281,7 @@ fn http(
     let batches =
         median_of_3(|| external::wrk(&url, 16, &hundred, budget).requests_per_second) * 100.0;
     eprintln!("  HTTP 100-record POSTs: {batches:.0} records/s");
-    let records = next_offset(address);
+    let records = external::next_offset(address);
     let reads = external::read_script(dir, path, records);
     let reads = external::wrk(&url, 16, &reads, budget).requests_per_second * 100.0;
     eprintln!("  HTTP reads, pages of 100: {reads:.0} records/s");
@@ -290,20 +290,4 @@ fn http(
         batches,
         reads,
     }
-}
-
-/// The next offset of partition 0 of the bench topic, asked over HTTP.
-fn next_offset(address: std::net::SocketAddr) -> u64 {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "GET /topics/bench/partitions/0/bounds HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
-    let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
-    let bounds: serde_json::Value = serde_json::from_str(body).unwrap();
-    bounds["nextOffset"].as_u64().unwrap()
 }

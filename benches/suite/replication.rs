@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::external::{self, Running, free_port};
+use crate::external::{self, Running, exchange, free_port, next_offset};
 use crate::partitions::{Client, process};
 
 /// Added to every S3 answer by the slow proxy.
@@ -102,14 +102,12 @@ fn s3_server(dir: &Path) -> (Running, SocketAddr) {
         assert!(Instant::now() < deadline, "the S3 server did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let mut stream = TcpStream::connect(address).unwrap();
-    write!(
-        stream,
-        "PUT /{BUCKET} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut answer = String::new();
-    stream.read_to_string(&mut answer).unwrap();
+    let answer = exchange(
+        address,
+        &format!(
+            "PUT /{BUCKET} HTTP/1.1\r\nHost: {address}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+        ),
+    );
     assert!(
         answer.starts_with("HTTP/1.1 200"),
         "create bucket: {answer}"
@@ -207,14 +205,12 @@ fn windows((s3, prefix): Bucket) -> u64 {
     let mut count = 0;
     let mut after = String::new();
     loop {
-        let mut stream = TcpStream::connect(s3).unwrap();
-        write!(
-            stream,
-            "GET /{BUCKET}?list-type=2&prefix={prefix}/wal/&start-after={after} HTTP/1.1\r\nHost: {s3}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut answer = String::new();
-        stream.read_to_string(&mut answer).unwrap();
+        let answer = exchange(
+            s3,
+            &format!(
+                "GET /{BUCKET}?list-type=2&prefix={prefix}/wal/&start-after={after} HTTP/1.1\r\nHost: {s3}\r\nConnection: close\r\n\r\n"
+            ),
+        );
         let keys: Vec<&str> = answer
             .split("<Key>")
             .skip(1)
@@ -231,13 +227,6 @@ fn windows((s3, prefix): Bucket) -> u64 {
             _ => return count,
         }
     }
-}
-
-fn next_offset(address: SocketAddr) -> u64 {
-    let (status, body) = Client::new(address).send("GET", "/topics/bench/partitions/0/bounds", "");
-    assert_eq!(status, 200, "bounds: {body}");
-    let bounds: serde_json::Value = serde_json::from_str(&body).unwrap();
-    bounds["nextOffset"].as_u64().unwrap()
 }
 
 /// The two loads against a fresh server, and what they cost.
