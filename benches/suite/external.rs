@@ -202,6 +202,18 @@ pub fn wrk(url: &str, connections: usize, script: &Path, budget: Duration) -> Wr
     }
 }
 
+/// wrk scripts POSTing one record of `payload`, and 100 of them, to a partition's records.
+pub fn append_scripts(dir: &Path, payload: &str) -> (std::path::PathBuf, std::path::PathBuf) {
+    let record = format!("{{\"payload\":{payload}}}");
+    let single = post_script(dir, "single", &format!("[{record}]"));
+    let hundred = post_script(
+        dir,
+        "hundred",
+        &format!("[{}]", vec![record; 100].join(",")),
+    );
+    (single, hundred)
+}
+
 /// A wrk script POSTing `body`.
 pub fn post_script(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
     let body_file = dir.join(format!("{name}.json"));

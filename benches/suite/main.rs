@@ -268,13 +268,7 @@ fn http(
     let (_server, address) = external::server(binary, dir);
     let path = "/topics/bench/partitions/0/records";
     let url = format!("http://{address}{path}");
-    let record = format!("{{\"payload\":{payload}}}");
-    let single = external::post_script(dir, "single", &format!("[{record}]"));
-    let hundred = external::post_script(
-        dir,
-        "hundred",
-        &format!("[{}]", vec![record; 100].join(",")),
-    );
+    let (single, hundred) = external::append_scripts(dir, payload);
 
     let single = median_of_3(|| external::wrk(&url, 64, &single, budget).requests_per_second);
     eprintln!("  HTTP single-record POSTs: {single:.0}/s");

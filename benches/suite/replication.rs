@@ -243,13 +243,7 @@ fn loads(
     std::fs::create_dir_all(dir).unwrap();
     let (_server, address, pid) = server(binary, dir, s3);
     let url = format!("http://{address}/topics/bench/partitions/0/records");
-    let record = format!("{{\"payload\":{payload}}}");
-    let single = external::post_script(dir, "single", &format!("[{record}]"));
-    let hundred = external::post_script(
-        dir,
-        "hundred",
-        &format!("[{}]", vec![record; 100].join(",")),
-    );
+    let (single, hundred) = external::append_scripts(dir, payload);
     // Window PUTs per record written by `load`.
     let per_record = |load: &mut dyn FnMut() -> external::Wrk| {
         let before = (counted.map(windows), next_offset(address));
@@ -364,12 +358,7 @@ fn restore(binary: &Path, dir: &Path, s3: Bucket, records: u64, payload: &str) -
     std::fs::create_dir_all(dir).unwrap();
     let (server_run, address, _) = server(binary, dir, Some(s3));
     let url = format!("http://{address}/topics/bench/partitions/0/records");
-    let record = format!("{{\"payload\":{payload}}}");
-    let hundred = external::post_script(
-        dir,
-        "hundred",
-        &format!("[{}]", vec![record; 100].join(",")),
-    );
+    let (_, hundred) = external::append_scripts(dir, payload);
     while next_offset(address) < records {
         external::wrk(&url, 16, &hundred, Duration::from_secs(5));
     }
