@@ -115,6 +115,8 @@ struct Node {
     inc: u64,
     data_dir: PathBuf,
     volumes: Vec<tokio::sync::Mutex<Held>>,
+    /// Each volume's epoch as this incarnation took it, written in its sections.
+    epochs: Vec<u64>,
     /// One snapshot or collection at a time.
     maintenance: tokio::sync::Mutex<maintenance::Unneeded>,
     snapshot_bytes: u64,
@@ -200,10 +202,12 @@ impl Node {
         take::fix_volume_count(&objects, &keys, volumes).await?;
         let inc = take::claim(&objects, &keys, &node).await?;
         let mut held = Vec::with_capacity(volumes);
+        let mut epochs = Vec::with_capacity(volumes);
         {
             let mut taker = take::Taker::new(&objects, &keys, &node, inc);
             for volume in 0..volumes {
                 let (manifest, etag) = taker.take(&data_dir, volume).await?;
+                epochs.push(manifest.epoch);
                 held.push(tokio::sync::Mutex::new(Held {
                     manifest,
                     etag,
@@ -221,6 +225,7 @@ impl Node {
             inc,
             data_dir,
             volumes: held,
+            epochs,
             maintenance: tokio::sync::Mutex::default(),
             snapshot_bytes: settings.snapshot_bytes,
             snapshot_interval: Duration::from_millis(settings.snapshot_interval_ms),
@@ -275,8 +280,6 @@ const RETRY_PAUSES: (Duration, Duration) = (Duration::from_millis(10), Duration:
 struct StreamWriter {
     node: Arc<Node>,
     next_seq: u64,
-    /// Each volume's epoch, written in its sections.
-    epochs: Vec<u64>,
     linger: Duration,
     max_window_bytes: usize,
     /// Why the stream stopped for good: another node sealed it.
@@ -285,15 +288,9 @@ struct StreamWriter {
 
 impl StreamWriter {
     fn new(node: Arc<Node>, settings: &ReplicationSettings) -> Self {
-        let epochs = node
-            .volumes
-            .iter()
-            .map(|held| held.try_lock().map_or(0, |held| held.manifest.epoch))
-            .collect();
         Self {
             node,
             next_seq: 1,
-            epochs,
             linger: Duration::from_millis(settings.commit_linger_ms),
             max_window_bytes: settings.max_window_bytes,
             fenced: None,
@@ -309,7 +306,7 @@ impl StreamWriter {
             let deadline = tokio::time::Instant::now() + self.linger;
             // A volume has one write in flight at a time: once every volume submitted, no
             // more can come.
-            while bytes < self.max_window_bytes && window.len() < self.epochs.len() {
+            while bytes < self.max_window_bytes && window.len() < self.node.epochs.len() {
                 let next = match queued.try_recv() {
                     Ok(next) => Some(next),
                     Err(_) => tokio::time::timeout_at(deadline, queued.recv())
@@ -348,7 +345,7 @@ impl StreamWriter {
         };
         let changes: Vec<(usize, u64, &[u8])> = window
             .iter()
-            .map(|s| (s.volume, self.epochs[s.volume], &s.redo[..]))
+            .map(|s| (s.volume, node.epochs[s.volume], &s.redo[..]))
             .collect();
         let bytes = Window::encode(&at, &changes);
         let key = node.keys.window(&at.node, at.inc, at.seq);
