@@ -205,8 +205,14 @@ pub struct PartitionActor {
     load: Arc<LoadObserver>,
     queued: produce::AppendQueue,
     flush_scheduled: bool,
-    /// A group commit is at the volume's committer.
-    committing: bool,
+    /// The share (numbered by `shares`) at the volume's committer, not committed yet: the
+    /// next one waits for it, so this partition's appends keep their order.
+    committing: Option<u64>,
+    /// Shares handed to the committer so far.
+    shares: u64,
+    /// Shares handed to the committer whose callers are not answered yet (on a replicated
+    /// volume, a committed share waits for its landing while the next one commits).
+    unanswered: usize,
     draining: bool,
     /// Told when a drain finished: nothing queued, nothing committing.
     drained: Vec<oneshot::Sender<()>>,
@@ -232,7 +238,9 @@ impl PartitionActor {
                 load,
                 queued: Default::default(),
                 flush_scheduled: false,
-                committing: false,
+                committing: None,
+                shares: 0,
+                unanswered: 0,
                 draining: false,
                 drained: Vec::new(),
                 timers: Vec::new(),
@@ -389,7 +397,8 @@ impl Supervised for PartitionActor {
     fn restarting(&mut self, _: &mut Self::Context) {
         self.timers.clear();
         self.flush_scheduled = false;
-        self.committing = false;
+        // The answers' futures went with the old context.
+        (self.committing, self.unanswered) = (None, 0);
         for queued in self.queued.borrow_mut().drain(..) {
             queued.refuse();
         }
@@ -441,9 +450,9 @@ impl Handler<Drain> for PartitionActor {
 }
 
 impl PartitionActor {
-    /// Completes pending drains once nothing is queued or committing.
+    /// Completes pending drains once nothing is queued or unanswered.
     fn notify_drained(&mut self) {
-        if self.draining && !self.committing && self.queued.borrow().is_empty() {
+        if self.draining && self.unanswered == 0 && self.queued.borrow().is_empty() {
             for done in self.drained.drain(..) {
                 let _ = done.send(());
             }

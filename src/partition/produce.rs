@@ -114,11 +114,12 @@ impl Handler<Flush> for PartitionActor {
 
 impl PartitionActor {
     /// Hands everything queued to the volume's committer, unless a commit of this partition is
-    /// running: then its completion starts the next one, so this partition's appends keep
-    /// their order and commits follow each other without a gap while appends keep queueing.
+    /// running: then its completion (its local commit, or its answer) starts the next one, so
+    /// this partition's appends keep their order and commits follow each other without a gap
+    /// while appends keep queueing.
     pub(super) fn flush(&mut self, ctx: &mut Context<Self>) {
         self.flush_scheduled = false;
-        if self.committing || self.queued.borrow().is_empty() {
+        if self.committing.is_some() || self.queued.borrow().is_empty() {
             return;
         }
         let queued = std::mem::take(&mut *self.queued.borrow_mut());
@@ -126,7 +127,10 @@ impl PartitionActor {
             queued.into_iter().for_each(Queued::refuse);
             return;
         };
-        self.committing = true;
+        let share = self.shares;
+        self.shares += 1;
+        self.committing = Some(share);
+        self.unanswered += 1;
         let (replies, batches): (Vec<_>, Vec<_>) = queued
             .into_iter()
             .map(|queued| {
@@ -137,23 +141,45 @@ impl PartitionActor {
             })
             .unzip();
         let (answer, answered) = oneshot::channel();
+        let (committed, committed_here) = oneshot::channel();
         store.submit_append(
             batches,
             Box::new(move |result| {
                 let _ = answer.send(result);
             }),
+            Some(Box::new(move || {
+                let _ = committed.send(());
+            })),
+        );
+        ctx.spawn(
+            async move { committed_here.await.is_ok() }
+                .into_actor(self)
+                .map(move |committed, act, ctx| {
+                    if committed {
+                        act.share_committed(share, ctx);
+                    }
+                }),
         );
         let id = self.setup.id.clone();
         ctx.spawn(
             async move { answered.await.unwrap_or(Err(StoreError::Poisoned)) }
                 .into_actor(self)
                 .map(move |result, act, ctx| {
-                    act.committing = false;
+                    act.unanswered -= 1;
                     act.answer(&id, replies, result);
-                    act.flush_after_callers(ctx);
+                    act.share_committed(share, ctx);
                     act.notify_drained();
                 }),
         );
+    }
+
+    /// The committer is done with `share` (committed locally, or answered): the next share
+    /// may go.
+    fn share_committed(&mut self, share: u64, ctx: &mut Context<Self>) {
+        if self.committing == Some(share) {
+            self.committing = None;
+        }
+        self.flush_after_callers(ctx);
     }
 
     /// Starts the next group commit once the callers just answered have had their turn on this

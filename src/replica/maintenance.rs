@@ -14,11 +14,17 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::format::{Manifest, Snapshot, is_fence};
 use super::{Node, ReplicaError};
 use crate::cold::s3::Put;
+use crate::store::Position;
+
+/// Longest wait of a snapshot for the landing of the newest window its copy holds.
+const LANDING_WAIT: Duration = Duration::from_secs(30);
+/// How often that wait looks again.
+const LANDING_POLL: Duration = Duration::from_millis(5);
 
 /// What a collection found unneeded, and since when: deleted once unneeded for the grace time.
 #[derive(Default)]
@@ -51,6 +57,25 @@ impl Node {
         }
     }
 
+    /// Waits until this incarnation's window `position` landed: a copy commits its groups
+    /// before their window lands, and a snapshot must hold landed writes only.
+    async fn wait_for_landing(&self, position: &Position) -> Result<(), ReplicaError> {
+        if position.node != self.node || position.inc != self.inc {
+            return Ok(());
+        }
+        let waited = tokio::time::Instant::now();
+        while self.landed.load(Ordering::SeqCst) < position.seq {
+            if self.counters.fenced() || waited.elapsed() >= LANDING_WAIT {
+                return Err(ReplicaError::Refused(format!(
+                    "the copy holds window {} of this node's stream, which did not land",
+                    position.seq
+                )));
+            }
+            tokio::time::sleep(LANDING_POLL).await;
+        }
+        Ok(())
+    }
+
     /// Stores a copy of volume `volume` and makes its manifest start from it.
     async fn snapshot(&self, volume: usize) -> Result<(), ReplicaError> {
         let path = self.data_dir.join(crate::store::Volume::file_name(volume));
@@ -60,6 +85,7 @@ impl Node {
         let Some(position) = position else {
             return Ok(());
         };
+        self.wait_for_landing(&position).await?;
         let key = self.keys.snapshot(volume, &position);
         self.objects.create(&key, &bytes).await?;
         let mut held = self.volumes[volume].lock().await;

@@ -5,7 +5,9 @@
 //! chain of stream segments since it, see [`format`]). A node writes one stream per
 //! incarnation; each object of it is a window of what the node's volumes committed together,
 //! created only where nothing is (`If-None-Match: *`), so a seq holds one window for ever. A
-//! volume's write commits locally only once its window landed (see `store/replication.rs`).
+//! volume's write is answered, and seen by readers, only once its window landed (see
+//! `store/replication.rs`); windows are stored one at a time, in seq order, and a window's
+//! seq is known when a write joins it, so the next writes commit locally while it is stored.
 //! At start the node claims a new incarnation and takes each volume ([`take`]): its local copy
 //! is brought up to its history, the previous owner's stream is sealed with a fence (whose
 //! writer then lands nothing more: it answers `503 unavailable` from then on), and the manifest
@@ -15,19 +17,17 @@ mod format;
 mod maintenance;
 mod take;
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::sync::mpsc::RecvTimeoutError;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-
-use tokio::sync::mpsc;
 
 use crate::cold::S3Settings;
 use crate::cold::s3::{ObjectError, Objects, Put};
 use crate::config::ReplicationSettings;
 use crate::store::{
-    Landed, Landing, LocalCopy, Position, ReplicaCounters, StoreError, Stream, Volume,
+    Landed, LocalCopy, OnLanded, Position, ReplicaCounters, StoreError, Stream, Volume, lock,
 };
 use format::{Keys, Manifest, Window, is_fence};
 
@@ -77,18 +77,62 @@ fn copy_of(path: &Path) -> Result<(Option<Position>, Vec<u8>), ReplicaError> {
     Ok((position, bytes?))
 }
 
-/// A volume's changes waiting for their window.
+/// A volume's changes waiting for their window, and where the window's outcome goes.
 struct Submission {
     volume: usize,
     redo: Arc<[u8]>,
-    reply: std::sync::mpsc::SyncSender<Landed>,
+    on_landed: OnLanded,
+}
+
+/// A window of the stream not stored yet: its seq is fixed when it opens, so a submission
+/// learns its position at once.
+struct OpenWindow {
+    seq: u64,
+    opened: Instant,
+    bytes: usize,
+    /// Which volumes submitted to it.
+    volumes: Vec<bool>,
+    submissions: Vec<Submission>,
+    /// Being stored: it takes nothing more.
+    storing: bool,
+}
+
+/// The windows waiting to be stored, oldest first, shared by the volumes (which submit) and
+/// the stream's writer (which stores them one at a time, in seq order).
+#[derive(Default)]
+struct Outbox {
+    windows: std::sync::Mutex<Windows>,
+    /// Told of every submission, and when the stream closes.
+    submitted: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Windows {
+    queue: VecDeque<OpenWindow>,
+    /// The seq of the next window to open.
+    next_seq: u64,
+    /// Why the stream lands nothing more: another node sealed it, or it closed.
+    stopped: Option<String>,
+    /// No more submissions come: store what is queued, then stop.
+    closed: bool,
 }
 
 /// A node incarnation's stream, after its volumes were taken: stores windows in seq order, on
 /// its own thread.
 pub(crate) struct Replicator {
-    submissions: mpsc::UnboundedSender<Submission>,
+    outbox: Arc<Outbox>,
+    node: String,
+    inc: u64,
+    volumes: usize,
+    max_window_bytes: usize,
     put_retry: Duration,
+}
+
+impl Drop for Replicator {
+    fn drop(&mut self) {
+        crate::store::lock(&self.outbox.windows).closed = true;
+        self.outbox.submitted.notify_one();
+    }
 }
 
 impl std::fmt::Debug for Replicator {
@@ -123,6 +167,8 @@ struct Node {
     snapshot_interval: Duration,
     gc_grace: Duration,
     counters: Arc<ReplicaCounters>,
+    /// The newest window stored: a snapshot of a copy holding windows beyond it waits.
+    landed: AtomicU64,
 }
 
 impl Replicator {
@@ -146,11 +192,15 @@ impl Replicator {
             )));
         }
         let objects = Objects::new(s3, Some(REQUEST_TIMEOUT))?;
+        let (max_window_bytes, put_retry) = (
+            settings.max_window_bytes,
+            Duration::from_millis(settings.put_retry_ms),
+        );
         let settings = settings.clone();
         let data_dir = data_dir.to_owned();
-        let (submissions, queued) = mpsc::unbounded_channel();
+        let outbox = Arc::new(Outbox::default());
         let (started, taken) = std::sync::mpsc::channel();
-        let put_retry = Duration::from_millis(settings.put_retry_ms);
+        let writer_outbox = outbox.clone();
         std::thread::Builder::new()
             .name("durability-replica".into())
             .spawn(move || {
@@ -167,9 +217,11 @@ impl Replicator {
                 runtime.block_on(async move {
                     match Node::take(objects, &settings, data_dir, volumes, counters).await {
                         Ok(node) => {
-                            let _ = started.send(Ok(()));
+                            let _ = started.send(Ok((node.node.clone(), node.inc)));
                             tokio::spawn(node.clone().collect_garbage());
-                            StreamWriter::new(node, &settings).run(queued).await;
+                            StreamWriter::new(node, &settings, writer_outbox)
+                                .run()
+                                .await;
                         }
                         Err(err) => {
                             let _ = started.send(Err(err));
@@ -178,11 +230,16 @@ impl Replicator {
                 });
             })
             .map_err(|err| ReplicaError::io(Path::new("durability-replica"), err))?;
-        taken
+        let (node, inc) = taken
             .recv()
             .map_err(|_| ReplicaError::Refused("the replica's thread stopped".into()))??;
+        lock(&outbox.windows).next_seq = 1;
         Ok(Arc::new(Self {
-            submissions,
+            outbox,
+            node,
+            inc,
+            volumes,
+            max_window_bytes,
             put_retry,
         }))
     }
@@ -231,6 +288,7 @@ impl Node {
             snapshot_interval: Duration::from_millis(settings.snapshot_interval_ms),
             gc_grace: Duration::from_millis(settings.gc_grace_ms),
             counters,
+            landed: AtomicU64::new(0),
         }))
     }
 
@@ -248,25 +306,52 @@ impl Node {
 }
 
 impl Stream for Replicator {
-    fn land(&self, volume: usize, redo: Arc<[u8]>) -> Landing {
-        let (reply, outcome) = std::sync::mpsc::sync_channel(1);
-        let stopped = || Landing::Known(Err("the replica's stream stopped".into()));
-        if self
-            .submissions
-            .send(Submission {
-                volume,
-                redo,
-                reply,
-            })
-            .is_err()
-        {
-            return stopped();
+    fn submit(
+        &self,
+        volume: usize,
+        redo: Arc<[u8]>,
+        on_landed: OnLanded,
+    ) -> Result<Position, String> {
+        let mut windows = lock(&self.outbox.windows);
+        if let Some(reason) = &windows.stopped {
+            return Err(reason.clone());
         }
-        match outcome.recv_timeout(self.put_retry) {
-            Ok(landed) => Landing::Known(landed),
-            Err(RecvTimeoutError::Timeout) => Landing::Pending(outcome),
-            Err(RecvTimeoutError::Disconnected) => stopped(),
+        let joins = windows
+            .queue
+            .back()
+            .is_some_and(|back| !back.storing && back.bytes < self.max_window_bytes);
+        if !joins {
+            let seq = windows.next_seq;
+            windows.next_seq += 1;
+            windows.queue.push_back(OpenWindow {
+                seq,
+                opened: Instant::now(),
+                bytes: 0,
+                volumes: vec![false; self.volumes],
+                submissions: Vec::new(),
+                storing: false,
+            });
         }
+        let window = windows.queue.back_mut().expect("a window is open");
+        window.bytes += redo.len();
+        window.volumes[volume] = true;
+        window.submissions.push(Submission {
+            volume,
+            redo,
+            on_landed,
+        });
+        let seq = window.seq;
+        drop(windows);
+        self.outbox.submitted.notify_one();
+        Ok(Position {
+            node: self.node.clone(),
+            inc: self.inc,
+            seq,
+        })
+    }
+
+    fn put_retry(&self) -> Duration {
+        self.put_retry
     }
 }
 
@@ -279,69 +364,117 @@ const RETRY_PAUSES: (Duration, Duration) = (Duration::from_millis(10), Duration:
 /// The writing end of an incarnation's stream.
 struct StreamWriter {
     node: Arc<Node>,
-    next_seq: u64,
+    outbox: Arc<Outbox>,
     linger: Duration,
     max_window_bytes: usize,
-    /// Why the stream stopped for good: another node sealed it.
-    fenced: Option<String>,
+}
+
+/// What the writer does next.
+enum Step {
+    /// Store this window (its seq, and what was submitted to it).
+    Store(u64, Vec<Submission>),
+    /// Wait for a submission, or until the front window's linger ends.
+    Wait(Option<Instant>),
+    /// The stream closed and everything queued is stored.
+    Stop,
 }
 
 impl StreamWriter {
-    fn new(node: Arc<Node>, settings: &ReplicationSettings) -> Self {
+    fn new(node: Arc<Node>, settings: &ReplicationSettings, outbox: Arc<Outbox>) -> Self {
         Self {
             node,
-            next_seq: 1,
+            outbox,
             linger: Duration::from_millis(settings.commit_linger_ms),
             max_window_bytes: settings.max_window_bytes,
-            fenced: None,
         }
     }
 
-    /// Stores what the volumes submit, a window at a time, and answers each submitter once its
-    /// window's outcome is known.
-    async fn run(mut self, mut queued: mpsc::UnboundedReceiver<Submission>) {
-        while let Some(first) = queued.recv().await {
-            let mut bytes = first.redo.len();
-            let mut window = vec![first];
-            let deadline = tokio::time::Instant::now() + self.linger;
-            // A volume has one write in flight at a time: once every volume submitted, no
-            // more can come.
-            while bytes < self.max_window_bytes && window.len() < self.node.epochs.len() {
-                let next = match queued.try_recv() {
-                    Ok(next) => Some(next),
-                    Err(_) => tokio::time::timeout_at(deadline, queued.recv())
-                        .await
-                        .ok()
-                        .flatten(),
-                };
-                let Some(next) = next else { break };
-                bytes += next.redo.len();
-                window.push(next);
+    /// Stores the submitted windows one at a time, in seq order, and answers each submitter
+    /// once its window's outcome is known.
+    async fn run(self) {
+        loop {
+            let (seq, submissions) = match self.next_step() {
+                Step::Store(seq, submissions) => (seq, submissions),
+                Step::Wait(until) => {
+                    let submitted = self.outbox.submitted.notified();
+                    match until {
+                        Some(until) => {
+                            let _ = tokio::time::timeout_at(until.into(), submitted).await;
+                        }
+                        None => submitted.await,
+                    }
+                    continue;
+                }
+                Step::Stop => return,
+            };
+            let landed = self.store(seq, &submissions).await;
+            match &landed {
+                Ok(_) => {
+                    lock(&self.outbox.windows).queue.pop_front();
+                    self.node.landed.store(seq, Ordering::SeqCst);
+                }
+                Err(reason) => self.stop(reason),
             }
-            let landed = self.store(&window).await;
-            for submission in &window {
-                let _ = submission.reply.send(landed.clone());
+            let mut counted = vec![0; self.node.epochs.len()];
+            for submission in submissions {
+                counted[submission.volume] += submission.redo.len();
+                (submission.on_landed)(landed.clone());
             }
             if landed.is_ok() {
-                for submission in &window {
-                    self.node
-                        .landed(submission.volume, submission.redo.len())
-                        .await;
+                for (volume, bytes) in counted.into_iter().enumerate() {
+                    if bytes > 0 {
+                        self.node.landed(volume, bytes).await;
+                    }
                 }
             }
         }
     }
 
-    /// Stores one window at the next seq, retrying the same bytes until the bucket answers.
-    async fn store(&mut self, window: &[Submission]) -> Landed {
-        if let Some(reason) = &self.fenced {
-            return Err(reason.clone());
+    /// Takes the front window when it is closed: another window waits behind it, it is full,
+    /// every volume submitted to it (none can add more before its answer), its linger is
+    /// over, or the stream is closing.
+    fn next_step(&self) -> Step {
+        let mut windows = lock(&self.outbox.windows);
+        let closed = windows.closed;
+        let behind = windows.queue.len() > 1;
+        let Some(front) = windows.queue.front_mut() else {
+            return if closed { Step::Stop } else { Step::Wait(None) };
+        };
+        let until = front.opened + self.linger;
+        let ready = behind
+            || closed
+            || front.bytes >= self.max_window_bytes
+            || front.volumes.iter().all(|&submitted| submitted)
+            || Instant::now() >= until;
+        if !ready {
+            return Step::Wait(Some(until));
         }
+        front.storing = true;
+        Step::Store(front.seq, std::mem::take(&mut front.submissions))
+    }
+
+    /// Stops the stream for good: every window queued is answered `reason`, and so is every
+    /// later submission.
+    fn stop(&self, reason: &str) {
+        let queued: Vec<OpenWindow> = {
+            let mut windows = lock(&self.outbox.windows);
+            windows.stopped = Some(reason.to_owned());
+            windows.queue.drain(..).collect()
+        };
+        for window in queued {
+            for submission in window.submissions {
+                (submission.on_landed)(Err(reason.to_owned()));
+            }
+        }
+    }
+
+    /// Stores one window at `seq`, retrying the same bytes until the bucket answers.
+    async fn store(&self, seq: u64, window: &[Submission]) -> Landed {
         let node = &self.node;
         let at = Position {
             node: node.node.clone(),
             inc: node.inc,
-            seq: self.next_seq,
+            seq,
         };
         let changes: Vec<(usize, u64, &[u8])> = window
             .iter()
@@ -369,7 +502,6 @@ impl StreamWriter {
                         };
                         log::error!("replica: {reason}");
                         node.counters.fenced.store(true, Ordering::Relaxed);
-                        self.fenced = Some(reason.clone());
                         return Err(reason);
                     }
                     Ok(None) => "a window's key answered 412, then 404".to_owned(),
@@ -388,7 +520,6 @@ impl StreamWriter {
         if failures > 0 {
             log::info!("replica: stored {key} after {failures} failures");
         }
-        self.next_seq += 1;
         node.counters.windows.fetch_add(1, Ordering::Relaxed);
         node.counters
             .window_bytes

@@ -140,6 +140,10 @@ impl<'a> Taker<'a> {
         };
         let manifest = Manifest::decode(&bytes).map_err(ReplicaError::Refused)?;
         let resume = match manifest.resume(local.position()?.as_ref()) {
+            Some(resume) if self.holds_window(&manifest, &resume).await? => Some(resume),
+            _ => None,
+        };
+        let resume = match resume {
             Some(resume) => resume,
             None => {
                 let fresh = !local.holds_data()?;
@@ -185,6 +189,28 @@ impl<'a> Taker<'a> {
         };
         local.close()?;
         self.write_manifest(volume, next, Some(&etag)).await
+    }
+
+    /// Whether the window a copy resumes after is in the bucket. A copy commits a group before
+    /// its window lands (it is answered only after): one whose node stopped first holds a
+    /// window that may never have landed, and later ones of its stream then hold other
+    /// writes. Only an open segment can lack it (a sealed one ends at its first absent window).
+    async fn holds_window(
+        &mut self,
+        manifest: &Manifest,
+        resume: &Resume,
+    ) -> Result<bool, ReplicaError> {
+        let Resume::After { segment, position } = resume else {
+            return Ok(true);
+        };
+        if manifest.chain[*segment].end.is_some() {
+            return Ok(true);
+        }
+        let key = self.keys.window(&position.node, position.inc, position.seq);
+        Ok(matches!(
+            self.fetch(&key).await?.as_deref(),
+            Some(StreamObject::Window(_))
+        ))
     }
 
     /// This incarnation's stream, open, as a segment of a volume's history.

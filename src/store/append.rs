@@ -2,7 +2,7 @@
 //! committer's (`volume/committer.rs`); what a batch is made of is `batch.rs`.
 
 use super::batch::{AppendOutcome, AppendRejection, NewRecord, check_batch};
-use super::commit_queue::{AppendReply, AppendRequest};
+use super::commit_queue::{AppendReply, AppendRequest, Committed};
 use super::{LogStore, StoreError};
 
 impl LogStore {
@@ -45,6 +45,7 @@ impl LogStore {
             Box::new(move |result| {
                 let _ = answer.send(result);
             }),
+            None,
         );
         let (outcomes, _pending) = answered.recv().unwrap_or(Err(StoreError::Poisoned))?;
         Ok(outcomes)
@@ -53,8 +54,16 @@ impl LogStore {
     /// Queues `batches` for the volume's next group commit without waiting; `reply` gets one
     /// outcome per batch and the partition's backlog after the commit
     /// ([`pending_deliveries`](Self::pending_deliveries)), on the committer thread, or at once
-    /// on this one when every batch is refused or the store refuses writes.
-    pub(crate) fn submit_append(&self, batches: Vec<Vec<NewRecord>>, reply: AppendReply) {
+    /// on this one when every batch is refused or the store refuses writes. On a replicated
+    /// volume the reply waits for the commit's landing; `committed`, when given, is called as
+    /// soon as it committed locally (never when the reply comes first), so the caller may send
+    /// its next batches meanwhile.
+    pub(crate) fn submit_append(
+        &self,
+        batches: Vec<Vec<NewRecord>>,
+        reply: AppendReply,
+        committed: Option<Committed>,
+    ) {
         let checked: Vec<_> = batches
             .into_iter()
             .map(|batch| {
@@ -79,6 +88,7 @@ impl LogStore {
             clock: self.options.clock.clone(),
             batches: checked,
             reply,
+            committed,
         });
     }
 

@@ -22,6 +22,9 @@ pub(super) struct AppendRequest {
     /// Each batch with its definite rejection, if any (rejected batches write nothing).
     pub batches: Vec<(Vec<NewRecord>, Option<AppendRejection>)>,
     pub reply: AppendReply,
+    /// Told when the share committed locally but its answer waits for the replica's stream
+    /// (never otherwise): the caller may send its next share meanwhile.
+    pub committed: Option<Committed>,
 }
 
 /// What a group commit answers each caller: one outcome per batch, and the partition's
@@ -29,6 +32,8 @@ pub(super) struct AppendRequest {
 pub type AppendResult = Result<(Vec<AppendOutcome>, u64), StoreError>;
 /// Where a group commit's answer goes (called on the committer thread).
 pub type AppendReply = Box<dyn FnOnce(AppendResult) + Send>;
+/// Called on the committer thread once a share committed locally and waits for its landing.
+pub type Committed = Box<dyn FnOnce() + Send>;
 
 /// Shares of the next group commit. See the module docs.
 #[derive(Default)]
@@ -44,6 +49,8 @@ struct State {
     batches: usize,
     /// Batches that make a push wake the committer (0: the committer is not waiting).
     wanted: usize,
+    /// A landing's outcome arrived (see [`CommitQueue::wake`]).
+    woken: bool,
     closed: bool,
 }
 
@@ -53,6 +60,8 @@ pub(super) enum Next {
     Group(Vec<AppendRequest>),
     /// Nothing arrived for the idle time.
     Idle,
+    /// No share, but the outcome of a landing the committer waits for.
+    Landed,
     /// The queue is closed and empty: the committer stops.
     Closed,
 }
@@ -73,22 +82,34 @@ impl CommitQueue {
         Ok(())
     }
 
+    /// Wakes the committer: the outcome of a landing it waits for arrived.
+    pub fn wake(&self) {
+        let mut state = lock(&self.state);
+        state.woken = true;
+        if state.wanted != 0 {
+            self.arrived.notify_one();
+        }
+    }
+
     /// Refuses further shares; the committer commits what is queued, then stops.
     pub fn close(&self) {
         lock(&self.state).closed = true;
         self.arrived.notify_one();
     }
 
-    /// Waits up to `idle` for a first share, then up to `gather` more until `expected`
-    /// batches are queued, and takes them all.
+    /// Waits up to `idle` for a first share (or a landing's outcome), then up to `gather` more
+    /// until `expected` batches are queued, and takes them all.
     pub fn next_group(&self, idle: Duration, expected: usize, gather: Duration) -> Next {
         let mut state = lock(&self.state);
         state.wanted = 1;
         state = self.wait(state, idle);
+        let woken = std::mem::take(&mut state.woken);
         if state.shares.is_empty() {
             state.wanted = 0;
             return if state.closed {
                 Next::Closed
+            } else if woken {
+                Next::Landed
             } else {
                 Next::Idle
             };
@@ -108,7 +129,7 @@ impl CommitQueue {
     ) -> std::sync::MutexGuard<'a, State> {
         self.arrived
             .wait_timeout_while(state, timeout, |state| {
-                state.batches < state.wanted && !state.closed
+                state.batches < state.wanted && !state.closed && !state.woken
             })
             .map_or_else(|poison| poison.into_inner().0, |(state, _)| state)
     }
@@ -139,6 +160,7 @@ mod tests {
                 .map(|_| (vec![NewRecord::new("1")], None))
                 .collect(),
             reply: Box::new(|_| {}),
+            committed: None,
         }
     }
 
@@ -146,6 +168,7 @@ mod tests {
         match next {
             Next::Group(group) => group,
             Next::Idle => panic!("idle"),
+            Next::Landed => panic!("landed"),
             Next::Closed => panic!("closed"),
         }
     }

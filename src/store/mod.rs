@@ -41,7 +41,7 @@ pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record, check_offset, page_limit, unsigned_offset};
 pub use replication::{
-    Landed, Landing, LocalCopy, Position, ReplicaCounters, Stream, VolumeReplica,
+    Landed, LocalCopy, OnLanded, Position, ReplicaCounters, Stream, VolumeReplica,
 };
 pub use retention::{ColdFlushCounters, ColdTier};
 pub use tail::Retention;
@@ -340,7 +340,7 @@ impl LogStore {
 
 /// Locks `mutex`, carrying on after a panic elsewhere: every guarded value here is replaced
 /// whole or only after a commit, so it is consistent.
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poison| poison.into_inner())
 }
 

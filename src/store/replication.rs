@@ -1,20 +1,27 @@
-//! The store's side of replication: a write lands in the replica's stream before it commits.
+//! The store's side of replication: a write is answered only once it landed in the replica's
+//! stream.
 //!
 //! With a [`Stream`], every write transaction of a volume (each of its three doors, see
 //! `volume/mod.rs`) hands what it changed (its redo, see `redo.rs`) to the stream just before
-//! it commits, and commits only once the stream holds it; so readers and callers only ever see
-//! landed state, and a copy rebuilt from the stream holds everything acknowledged. The file
-//! records the last window it holds (its position, table `replica`) in the same transaction.
+//! it commits, and records in the same transaction the window it goes to (its position, table
+//! `replica`). The committer's group commits then commit locally at once and stage the next
+//! group while the window is stored; their callers are answered, and readers see the records,
+//! only once it landed (`volume/committer.rs`). The other doors wait for the landing before
+//! they commit. So callers and readers only ever see landed state, and a copy rebuilt from the
+//! stream holds everything acknowledged; a file that holds a window that never landed (the
+//! node stopped first) is set aside when the node starts again (`replica/take.rs`).
 //!
-//! A landing that takes longer than the stream's retry time answers the callers `unavailable`
-//! and rolls the transaction back, but the window may still land: until its outcome is known
-//! the volume refuses writes, and once it is, the volume applies the window itself when it
-//! landed ([`Shared::settle`]). A stream fenced by another owner refuses every later write.
+//! A landing that takes longer than the stream's retry time answers the callers `unavailable`,
+//! but the window may still land: until its outcome is known the volume refuses writes, and
+//! once it is, the volume applies the window itself if its file lacks it and reloads what
+//! memory holds ([`Shared::settle_landing`]). A stream fenced by another owner refuses every
+//! later write.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, TryRecvError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
 
@@ -36,19 +43,27 @@ pub struct Position {
 /// fenced by another owner, or stopped).
 pub type Landed = Result<Position, String>;
 
-/// What [`Stream::land`] answers.
-pub enum Landing {
-    /// Known within the retry time.
-    Known(Landed),
-    /// Not known yet: the outcome comes later on this channel.
-    Pending(Receiver<Landed>),
-}
+/// Where a landing's outcome goes: called once, on the stream's thread.
+pub type OnLanded = Box<dyn FnOnce(Landed) + Send>;
 
-/// Where a volume's changes land before they commit: a node's write-ahead stream.
+/// Where a volume's changes land before they are answered: a node's write-ahead stream.
 pub trait Stream: Send + Sync {
-    /// Lands `redo`, the changes of one transaction of volume `volume`, blocking until its
-    /// outcome is known or the retry time has passed.
-    fn land(&self, volume: usize, redo: Arc<[u8]>) -> Landing;
+    /// Queues `redo`, the changes of one transaction of volume `volume`, for the stream's next
+    /// window and answers that window's position at once, without waiting: `on_landed` gets
+    /// the outcome. Windows land in order, and a volume's submissions in the order submitted.
+    ///
+    /// # Errors
+    /// Why the stream lands nothing more (fenced by another owner, or stopped); `on_landed`
+    /// is then never called.
+    fn submit(
+        &self,
+        volume: usize,
+        redo: Arc<[u8]>,
+        on_landed: OnLanded,
+    ) -> Result<Position, String>;
+
+    /// How long a write waits for its landing before its callers are answered unavailable.
+    fn put_retry(&self) -> Duration;
 }
 
 /// What a node's replication has done since it started, read by the server's metrics.
@@ -111,17 +126,80 @@ impl std::fmt::Debug for VolumeReplica {
     }
 }
 
-/// A landing whose outcome was not known in time, and the changes it carried.
-pub(super) struct PendingLanding {
+/// A write's changes handed to the stream, waiting for their landing.
+pub(super) struct Submitted {
     outcome: Receiver<Landed>,
+    /// The outcome, once received.
+    known: Option<Landed>,
     redo: Arc<[u8]>,
+    /// When the write's callers are answered unavailable if it has not landed.
+    deadline: Instant,
 }
 
-fn unavailable(reason: impl Into<String>) -> StoreError {
+impl Submitted {
+    /// The landing's outcome if it is known, waiting for it until `until` if given.
+    pub(super) fn outcome(&mut self, until: Option<Instant>) -> Option<&Landed> {
+        if self.known.is_none() {
+            let received = match until {
+                Some(until) => self
+                    .outcome
+                    .recv_timeout(until.saturating_duration_since(Instant::now()))
+                    .map_err(|err| matches!(err, RecvTimeoutError::Disconnected)),
+                None => self
+                    .outcome
+                    .try_recv()
+                    .map_err(|err| matches!(err, TryRecvError::Disconnected)),
+            };
+            self.known = match received {
+                Ok(landed) => Some(landed),
+                Err(true) => Some(Err("the replica's stream stopped".into())),
+                Err(false) => None,
+            };
+        }
+        self.known.as_ref()
+    }
+
+    pub(super) fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
+/// A landing the volume settles before any other write: its outcome was not known in time, or
+/// its transaction did not commit locally.
+pub(super) struct PendingLanding {
+    submitted: Submitted,
+    /// Whether the local file lacks the changes (its transaction rolled back or failed), so
+    /// they are applied once landed.
+    apply: bool,
+}
+
+impl PendingLanding {
+    /// A landing whose transaction did not commit here: its changes are applied once landed.
+    pub(super) fn to_apply(submitted: Submitted) -> Self {
+        Self {
+            submitted,
+            apply: true,
+        }
+    }
+
+    /// A landing of changes the file holds already (committed, not answered).
+    pub(super) fn committed(submitted: Submitted) -> Self {
+        Self {
+            submitted,
+            apply: false,
+        }
+    }
+}
+
+pub(super) fn unavailable(reason: impl Into<String>) -> StoreError {
     StoreError::Replica {
         reason: reason.into(),
     }
 }
+
+/// What callers of a write that did not land in time are told.
+pub(super) const NOT_LANDED_IN_TIME: &str = "the replica's stream did not answer in time \
+     (replication.put_retry_ms); the write may still land, and writes wait until that is known";
 
 /// Records in `tx` that the file holds every window through `position`.
 fn record_position(tx: &Transaction<'_>, position: &Position) -> Result<(), StoreError> {
@@ -159,31 +237,62 @@ impl Shared {
         }
     }
 
-    /// Lands what `tx` changed in the stream and records where; called by every write door
-    /// just before it commits. An error leaves `tx` to roll back.
-    pub(super) fn land(&self, tx: &Transaction<'_>) -> Result<(), StoreError> {
+    /// Hands what `tx` changed to the stream, and records in `tx` the window it goes to;
+    /// `None` when the volume is not replicated or `tx` changed nothing. The landing's outcome
+    /// wakes the committer. An error leaves `tx` to roll back.
+    pub(super) fn submit(&self, tx: &Transaction<'_>) -> Result<Option<Submitted>, StoreError> {
         let Some(replica) = &self.replica else {
-            return Ok(());
+            return Ok(None);
         };
         let redo: Arc<[u8]> = redo::take(tx)?.into();
         if redo.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
-        match replica.stream.land(replica.volume, redo.clone()) {
-            Landing::Known(Ok(position)) => record_position(tx, &position),
-            Landing::Known(Err(reason)) => Err(self.fence(reason)),
-            Landing::Pending(outcome) => {
-                *lock(&self.pending) = Some(PendingLanding { outcome, redo });
-                Err(unavailable(
-                    "the replica's stream did not answer in time (replication.put_retry_ms); \
-                     the write may still land, and writes wait until that is known",
-                ))
+        let (landed, outcome) = std::sync::mpsc::sync_channel(1);
+        let queue = self.queue.clone();
+        let position = replica
+            .stream
+            .submit(
+                replica.volume,
+                redo.clone(),
+                Box::new(move |outcome| {
+                    let _ = landed.send(outcome);
+                    queue.wake();
+                }),
+            )
+            .map_err(|reason| self.fence(reason))?;
+        record_position(tx, &position)?;
+        Ok(Some(Submitted {
+            outcome,
+            known: None,
+            redo,
+            deadline: Instant::now() + replica.stream.put_retry(),
+        }))
+    }
+
+    /// Commits `tx` once what it changed landed in the stream: the way every write door but
+    /// the committer's commits. A landing not known in time leaves `tx` to roll back and is
+    /// settled later ([`Shared::settle_landing`]); a commit that fails after its landing is too.
+    pub(super) fn commit_landed(&self, tx: Transaction<'_>) -> Result<(), StoreError> {
+        let Some(mut submitted) = self.submit(&tx)? else {
+            return Ok(tx.commit()?);
+        };
+        let deadline = submitted.deadline;
+        match submitted.outcome(Some(deadline)).cloned() {
+            Some(Ok(_)) => tx.commit().map_err(|err| {
+                *lock(&self.pending) = Some(PendingLanding::to_apply(submitted));
+                err.into()
+            }),
+            Some(Err(reason)) => Err(self.fence(reason)),
+            None => {
+                *lock(&self.pending) = Some(PendingLanding::to_apply(submitted));
+                Err(unavailable(NOT_LANDED_IN_TIME))
             }
         }
     }
 
     /// Refuses writes for good: the stream answered `reason` (fenced by another owner).
-    fn fence(&self, reason: String) -> StoreError {
+    pub(super) fn fence(&self, reason: String) -> StoreError {
         let reason = self.fenced.get_or_init(|| {
             log::error!("{}: refusing writes: {reason}", self.path.display());
             reason
@@ -191,48 +300,62 @@ impl Shared {
         unavailable(reason.clone())
     }
 
-    /// Settles a landing whose outcome was not known in time, before any other write of the
-    /// volume: once it landed, applies its changes and reloads what memory holds of the volume
-    /// (a recovery: stores opened before refuse writes and reopen, seeing the landed changes);
-    /// until its outcome is known, refuses writes. Called by every write door under the writer
-    /// lock, and by the committer when idle.
+    /// Settles what waits for the stream before any other write of the volume: publishes the
+    /// committer's groups that landed (see `volume/committer.rs`), then a landing that was
+    /// not known in time or did not commit here: once it landed, applies its changes if the
+    /// file lacks them and reloads what memory holds of the volume (a recovery: stores opened
+    /// before refuse writes and reopen, seeing the landed changes); until its outcome is
+    /// known, refuses writes. Called by every write door under the writer lock, and by the
+    /// committer when a landing's outcome arrives or it is idle.
     pub(super) fn settle_landing(&self, writer: &mut Writer) -> Result<(), StoreError> {
         if let Some(reason) = self.fenced.get() {
             return Err(unavailable(reason.clone()));
         }
+        self.settle_in_flight(writer)?;
         // Taken out of its lock: the recovery below runs the write doors again.
-        let Some(landing) = lock(&self.pending).take() else {
+        let Some(mut landing) = lock(&self.pending).take() else {
             return Ok(());
         };
-        match landing.outcome.try_recv() {
-            Ok(Ok(position)) => {
-                let applied = (|| {
-                    let tx = writer
-                        .conn
-                        .transaction_with_behavior(TransactionBehavior::Immediate)?;
-                    redo::apply(&tx, &landing.redo)?;
-                    // The replay was captured like any write; it is in the stream already.
-                    redo::take(&tx)?;
-                    record_position(&tx, &position)?;
-                    tx.commit()?;
-                    Ok(())
-                })();
-                if let Err(err) = applied {
+        match landing.submitted.outcome(None).cloned() {
+            // Earlier windows landed first; their groups are published before the reload.
+            Some(Ok(position)) if writer.in_flight_is_empty() => {
+                if landing.apply
+                    && let Err(err) = self.apply_landed(writer, &landing.submitted.redo, &position)
+                {
                     return Err(self.write_failed(err));
                 }
                 self.recover(writer)
             }
-            Ok(Err(reason)) => Err(self.fence(reason)),
-            Err(TryRecvError::Empty) => {
+            Some(Err(reason)) => Err(self.fence(reason)),
+            _ => {
                 *lock(&self.pending) = Some(landing);
                 Err(unavailable(
                     "a write's landing in the replica's stream is not known yet",
                 ))
             }
-            Err(TryRecvError::Disconnected) => {
-                Err(self.fence("the replica's stream stopped".into()))
-            }
         }
+    }
+
+    /// Applies the landed changes `redo` the file lacks, at `position`, on a writer reopened
+    /// if a failure poisoned it.
+    fn apply_landed(
+        &self,
+        writer: &mut Writer,
+        redo: &[u8],
+        position: &Position,
+    ) -> Result<(), StoreError> {
+        if self.poisoned.load(Ordering::SeqCst) {
+            self.recover(writer)?;
+        }
+        let tx = writer
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)?;
+        redo::apply(&tx, redo)?;
+        // The replay was captured like any write; it is in the stream already.
+        redo::take(&tx)?;
+        record_position(&tx, position)?;
+        tx.commit()?;
+        Ok(())
     }
 }
 

@@ -293,6 +293,61 @@ fn a_bucket_that_stops_answering_makes_writes_unavailable_until_it_is_back() {
     );
 }
 
+/// A write commits locally before its window lands (it is answered only after): the node is
+/// killed while one's window cannot reach the bucket. At the next start its copy holds a window
+/// the bucket never got, so the copy is set aside and rebuilt: the unacknowledged write is not
+/// served, the writes after it continue the bucket's history, and a node rebuilding from the
+/// bucket alone serves exactly the same records.
+#[test]
+fn a_copy_holding_a_window_that_never_landed_is_set_aside_at_start() {
+    let mut node = ProxiedNode::start("solo", "300");
+    let mut before = Vec::new();
+    for n in 0..3 {
+        let key = format!("before-{n}");
+        append_once(node.server.addr, 0, &key).expect("an append before the outage");
+        before.push(key);
+    }
+    let landed = keyed_offsets(&read_all(node.server.addr, 0));
+
+    node.proxy.set_down(true);
+    let answer = append(node.server.addr, 0, "never-landed").expect("the server answers");
+    assert_eq!(
+        (answer.0, error_code(&answer.1)),
+        (503, Some("unavailable"))
+    );
+    node.server.kill();
+    node.proxy.set_down(false);
+
+    let data_dir = node._data_dir.path().to_owned();
+    node.server = start_node(&data_dir, &node.s3, &node.proxy.url(), "solo", &[]);
+    assert_eq!(
+        keyed_offsets(&read_all(node.server.addr, 0)),
+        landed,
+        "the restarted node serves what landed, and not the write that did not"
+    );
+    let set_aside = std::fs::read_dir(&data_dir)
+        .expect("the data folder")
+        .filter_map(Result::ok)
+        .filter(|entry| entry.file_name().to_string_lossy().contains("set-aside"))
+        .count();
+    assert_eq!(set_aside, 1, "the copy off its history is kept aside");
+    for n in 0..3 {
+        let offset = append_once(node.server.addr, 0, &format!("after-{n}"))
+            .expect("an append after the restart");
+        assert_eq!(offset, landed.len() as u64 + n);
+    }
+    let served = keyed_offsets(&read_all(node.server.addr, 0));
+    node.server.kill();
+
+    let rebuilt_dir = temp_dir();
+    let rebuilt = start_node(rebuilt_dir.path(), &node.s3, &node.proxy.url(), "solo", &[]);
+    assert_eq!(
+        keyed_offsets(&read_all(rebuilt.addr, 0)),
+        served,
+        "a node rebuilt from the bucket serves the same records"
+    );
+}
+
 // ---------------------------------------------------------------------------------------------
 // 3. Answers lost after the PUT landed
 // ---------------------------------------------------------------------------------------------

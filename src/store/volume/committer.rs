@@ -1,7 +1,17 @@
 //! The committer thread: it takes every share queued for the next group commit, commits them
 //! in one transaction (one fsync), answers each caller, and indexes when idle.
+//!
+//! On a replicated volume a group's answer waits for its window to land in the stream, and so
+//! does what it brings to memory (the partitions' ends, the recent records: what readers see).
+//! The group commits locally at once, joins the groups in flight, and the next group is staged
+//! and committed while the window is stored: it starts from where the groups in flight leave
+//! each partition (its end, its due state, its keys), not from what memory holds. The groups
+//! in flight are published in commit order as their landings arrive
+//! ([`Shared::settle_in_flight`]); one not landed in time answers every caller in flight
+//! `unavailable`, and the volume reloads what memory holds once it is known to have landed
+//! (`replication.rs`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -13,6 +23,7 @@ use super::{INDEX_EVERY_ROWS, Shared, Writer};
 use crate::store::batch::{AppendOutcome, NewRecord, record_checksum};
 use crate::store::commit_queue::{AppendRequest, Next};
 use crate::store::due::store_due_at;
+use crate::store::replication::{NOT_LANDED_IN_TIME, PendingLanding, Submitted, unavailable};
 use crate::store::tail::{Due, PartitionTail, Tail};
 use crate::store::{StoreError, lock};
 
@@ -28,6 +39,8 @@ struct Staged {
     partition: Arc<PartitionTail>,
     tail: Tail,
     due: Due,
+    /// The due time the partition had before this group (its row holds it).
+    due_before: Option<i64>,
     /// The partition's backlog after the commit (see [`pending_deliveries`]).
     pending: u64,
     rows: Vec<(u64, i64)>,
@@ -35,11 +48,22 @@ struct Staged {
 }
 
 impl Staged {
-    fn new(partition: &Arc<PartitionTail>) -> Self {
+    /// Starts where the newest group in flight that wrote to the partition leaves it, else
+    /// where memory has it.
+    fn new(partition: &Arc<PartitionTail>, in_flight: &VecDeque<InFlight>) -> Self {
+        let (tail, due) = in_flight
+            .iter()
+            .rev()
+            .find_map(|group| group.staged.partitions.get(&partition.key))
+            .map_or_else(
+                || (partition.get(), *lock(&partition.due)),
+                |staged| (staged.tail, staged.due),
+            );
         Self {
             partition: partition.clone(),
-            tail: partition.get(),
-            due: *lock(&partition.due),
+            tail,
+            due,
+            due_before: due.at,
             pending: 0,
             rows: Vec::new(),
             keys: HashMap::new(),
@@ -52,6 +76,38 @@ impl Staged {
 struct StagedGroup {
     outcomes: Vec<Vec<AppendOutcome>>,
     partitions: HashMap<i64, Staged>,
+}
+
+/// A group committed locally whose window has not landed yet: its answers, and what it brings
+/// to memory, wait for the landing.
+pub(in crate::store) struct InFlight {
+    /// `None` when the group changed nothing to land (every record was a repeated key).
+    landing: Option<Submitted>,
+    staged: StagedGroup,
+    group: Vec<AppendRequest>,
+    /// The newest seq it wrote.
+    last_seq: i64,
+}
+
+impl InFlight {
+    /// Whether the group wrote to partition `key`.
+    pub(super) fn writes_to(&self, key: i64) -> bool {
+        self.staged.partitions.contains_key(&key)
+    }
+
+    /// Whether its outcome is known, and how it ended; `None` when not yet.
+    fn landed(&mut self) -> Option<Result<(), String>> {
+        match &mut self.landing {
+            None => Some(Ok(())),
+            Some(landing) => landing.outcome(None).map(|landed| landed.clone().map(drop)),
+        }
+    }
+}
+
+impl Writer {
+    pub(in crate::store) fn in_flight_is_empty(&self) -> bool {
+        self.in_flight.is_empty()
+    }
 }
 
 /// Answers every caller of `group` with a failure: the first gets `err`, the others learn that
@@ -89,6 +145,10 @@ impl Shared {
                 .next_group(INDEX_WHEN_IDLE, expected, last_commit / 2)
             {
                 Next::Group(group) => group,
+                Next::Landed => {
+                    let _ = self.settle_landing(&mut lock(&self.writer));
+                    continue;
+                }
                 Next::Idle => {
                     // A landing not known in time is settled as soon as its outcome is.
                     let _ = self.settle_landing(&mut lock(&self.writer));
@@ -108,10 +168,11 @@ impl Shared {
             let started = Instant::now();
             self.commit_group(&mut writer, group);
             last_commit = started.elapsed();
-            if (writer.last_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS {
+            if (writer.published_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS {
                 let _ = self.index_locked(&mut writer);
             }
         }
+        let _ = self.drain_in_flight(&mut lock(&self.writer));
         let _ = self.index();
     }
 
@@ -175,23 +236,113 @@ impl Shared {
             return;
         }
         let mut last_seq = writer.last_seq;
+        let Writer {
+            conn, in_flight, ..
+        } = &mut *writer;
+        // Set once the changes are handed to the stream: they may land even if the commit fails.
+        let mut landing = None;
         let committed = (|| {
-            let tx = writer
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let staged = self.stage_group(&tx, &group, &mut last_seq)?;
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let staged = self.stage_group(&tx, in_flight, &group, &mut last_seq)?;
             self.injected_fault(Fault::BeforeCommit)?;
-            self.land(&tx)?;
+            landing = self.submit(&tx)?;
             tx.commit()?;
             Ok::<_, StoreError>(staged)
         })();
         match committed {
-            Ok(staged) => {
+            Ok(staged) if landing.is_none() && writer.in_flight.is_empty() => {
                 writer.last_seq = last_seq;
+                writer.published_seq = last_seq;
                 self.publish(staged, group);
             }
+            Ok(staged) => {
+                writer.last_seq = last_seq;
+                let mut group = group;
+                for request in &mut group {
+                    if let Some(committed) = request.committed.take() {
+                        committed();
+                    }
+                }
+                writer.in_flight.push_back(InFlight {
+                    landing,
+                    staged,
+                    group,
+                    last_seq,
+                });
+                let _ = self.settle_in_flight(writer);
+            }
             Err(err) => {
+                // Submitted but not committed here: the file takes the changes once landed.
+                if let Some(landing) = landing {
+                    *lock(&self.pending) = Some(PendingLanding::to_apply(landing));
+                }
                 answer_all(group, self.write_failed(err));
+            }
+        }
+    }
+
+    /// Publishes the groups in flight whose window landed, oldest first, and answers their
+    /// callers. A landing that failed (the stream was fenced) fails every group in flight; one
+    /// not known by its deadline answers them all `unavailable`, and the volume waits for its
+    /// outcome to reload memory from the file (see `replication.rs`).
+    pub(in crate::store) fn settle_in_flight(&self, writer: &mut Writer) -> Result<(), StoreError> {
+        while let Some(front) = writer.in_flight.front_mut() {
+            match front.landed() {
+                Some(Ok(())) => {
+                    let group = writer.in_flight.pop_front().expect("a group is in flight");
+                    writer.published_seq = group.last_seq;
+                    self.publish(group.staged, group.group);
+                }
+                Some(Err(reason)) => {
+                    self.fail_in_flight(writer, &reason);
+                    return Err(self.fence(reason));
+                }
+                None if front
+                    .landing
+                    .as_ref()
+                    .is_some_and(|landing| Instant::now() >= landing.deadline()) =>
+                {
+                    let newest = writer
+                        .in_flight
+                        .back_mut()
+                        .and_then(|group| group.landing.take());
+                    self.fail_in_flight(writer, NOT_LANDED_IN_TIME);
+                    let mut pending = lock(&self.pending);
+                    // A landing pending already is newer: its outcome tells this one's too.
+                    if pending.is_none()
+                        && let Some(newest) = newest
+                    {
+                        *pending = Some(PendingLanding::committed(newest));
+                    }
+                    return Err(unavailable(NOT_LANDED_IN_TIME));
+                }
+                None => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits until every group in flight landed and is published (or the first one not
+    /// landed by its deadline failed them all): for the writes that see what they bring.
+    pub(in crate::store) fn drain_in_flight(&self, writer: &mut Writer) -> Result<(), StoreError> {
+        loop {
+            self.settle_in_flight(writer)?;
+            let Some(front) = writer.in_flight.front_mut() else {
+                return Ok(());
+            };
+            if let Some(landing) = &mut front.landing {
+                let deadline = landing.deadline();
+                landing.outcome(Some(deadline));
+            }
+        }
+    }
+
+    /// Answers every caller in flight with a failure (`reason`); what their groups bring to
+    /// memory is dropped (the volume reloads it from the file once their landing is known).
+    pub(in crate::store) fn fail_in_flight(&self, writer: &mut Writer, reason: &str) {
+        for group in writer.in_flight.drain(..) {
+            for request in group.group {
+                (request.reply)(Err(unavailable(reason)));
             }
         }
     }
@@ -202,6 +353,7 @@ impl Shared {
     fn stage_group(
         &self,
         tx: &Transaction<'_>,
+        in_flight: &VecDeque<InFlight>,
         group: &[AppendRequest],
         last_seq: &mut i64,
     ) -> Result<StagedGroup, StoreError> {
@@ -214,7 +366,7 @@ impl Shared {
         for request in group {
             let staged = partitions
                 .entry(request.partition.key)
-                .or_insert_with(|| Staged::new(&request.partition));
+                .or_insert_with(|| Staged::new(&request.partition, in_flight));
             // Taken under the writer lock, so later offsets never get earlier timestamps.
             let appended_at = request.clock.now_ms();
             let mut answers = Vec::with_capacity(request.batches.len());
@@ -225,6 +377,7 @@ impl Shared {
                         let before = staged.tail;
                         let offsets = self.insert_batch(
                             tx,
+                            in_flight,
                             &mut insert,
                             staged,
                             last_seq,
@@ -248,7 +401,7 @@ impl Shared {
         for staged in partitions.values_mut() {
             staged.pending = pending_deliveries(tx, staged.partition.key, staged.tail.next_offset)?;
             // Written only when these records make retention due sooner (see `due.rs`).
-            if staged.due.at != lock(&staged.partition.due).at {
+            if staged.due.at != staged.due_before {
                 store_due_at(tx, staged.partition.key, staged.due.at)?;
             }
         }
@@ -283,9 +436,11 @@ impl Shared {
     }
 
     /// Writes one validated batch, returning each input record's offset.
+    #[allow(clippy::too_many_arguments)]
     fn insert_batch(
         &self,
         tx: &Transaction<'_>,
+        in_flight: &VecDeque<InFlight>,
         insert: &mut rusqlite::CachedStatement<'_>,
         staged: &mut Staged,
         last_seq: &mut i64,
@@ -297,7 +452,7 @@ impl Shared {
         for record in batch {
             let dedup_key = record.key.as_deref();
             if let Some(dedup_key) = dedup_key
-                && let Some(offset) = self.offset_of_key(tx, staged, dedup_key)?
+                && let Some(offset) = self.offset_of_key(tx, in_flight, staged, dedup_key)?
             {
                 offsets.push(offset);
                 continue;
@@ -328,18 +483,25 @@ impl Shared {
         Ok(offsets)
     }
 
-    /// The offset of the hot record carrying `dedup_key`: staged in this commit, recent, or
-    /// indexed.
+    /// The offset of the hot record carrying `dedup_key`: staged in this commit or a group in
+    /// flight, recent, or indexed.
     fn offset_of_key(
         &self,
         tx: &Transaction<'_>,
+        in_flight: &VecDeque<InFlight>,
         staged: &Staged,
         dedup_key: &str,
     ) -> Result<Option<u64>, StoreError> {
-        if let Some(&(offset, _)) = staged.keys.get(dedup_key) {
-            return Ok(Some(offset));
-        }
         let key = staged.partition.key;
+        let in_flight = in_flight
+            .iter()
+            .rev()
+            .filter_map(|group| group.staged.partitions.get(&key));
+        for staged in std::iter::once(staged).chain(in_flight) {
+            if let Some(&(offset, _)) = staged.keys.get(dedup_key) {
+                return Ok(Some(offset));
+            }
+        }
         if let Some(&(offset, _)) = lock(&self.recent)
             .get(&key)
             .and_then(|recent| recent.keys.get(dedup_key))
@@ -394,6 +556,7 @@ mod tests {
             reply: Box::new(move |result| {
                 let _ = answer.send(result);
             }),
+            committed: None,
         };
         (request, answered)
     }
@@ -497,5 +660,245 @@ mod tests {
         commit(&volume, vec![stale, retry]);
         assert!(matches!(refused.recv().unwrap(), Err(StoreError::Poisoned)));
         assert_eq!(offsets(answer.recv().unwrap()), [vec![0]]);
+    }
+}
+
+/// Group commits on a replicated volume, with a stream whose landings each test answers.
+#[cfg(test)]
+mod replicated {
+    use std::sync::atomic::{AtomicBool, AtomicU64};
+    use std::sync::{Mutex, mpsc};
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::store::commit_queue::AppendResult;
+    use crate::store::replication::{Landed, OnLanded, Position, Stream, VolumeReplica};
+    use crate::store::tail::Retention;
+    use crate::store::{SyncMode, Volume};
+
+    /// Lands every submission at once, or holds them until the test lands them.
+    struct HeldStream {
+        hold: AtomicBool,
+        submitted: Mutex<Vec<(u64, OnLanded)>>,
+        next_seq: AtomicU64,
+        put_retry: Duration,
+    }
+
+    impl Stream for HeldStream {
+        fn submit(&self, _: usize, _: Arc<[u8]>, on_landed: OnLanded) -> Result<Position, String> {
+            let seq = self.next_seq.fetch_add(1, Ordering::SeqCst) + 1;
+            lock(&self.submitted).push((seq, on_landed));
+            if !self.hold.load(Ordering::SeqCst) {
+                self.answer_all(None);
+            }
+            Ok(Position {
+                node: "test".into(),
+                inc: 1,
+                seq,
+            })
+        }
+
+        fn put_retry(&self) -> Duration {
+            self.put_retry
+        }
+    }
+
+    impl HeldStream {
+        /// Answers every submission so far: landed, or `refused` with that reason.
+        fn answer_all(&self, refused: Option<&str>) {
+            let submitted = std::mem::take(&mut *lock(&self.submitted));
+            for (seq, on_landed) in submitted {
+                let landed: Landed = match refused {
+                    None => Ok(Position {
+                        node: "test".into(),
+                        inc: 1,
+                        seq,
+                    }),
+                    Some(reason) => Err(reason.to_owned()),
+                };
+                on_landed(landed);
+            }
+        }
+    }
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        volume: Arc<Volume>,
+        stream: Arc<HeldStream>,
+    }
+
+    fn replicated_volume(put_retry: Duration) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let stream = Arc::new(HeldStream {
+            hold: AtomicBool::new(false),
+            submitted: Mutex::default(),
+            next_seq: AtomicU64::new(0),
+            put_retry,
+        });
+        let replica = VolumeReplica {
+            stream: stream.clone(),
+            volume: 0,
+        };
+        let volume =
+            Volume::open_replicated(dir.path().join("v.sqlite"), SyncMode::Normal, Some(replica))
+                .unwrap();
+        Fixture {
+            _dir: dir,
+            volume,
+            stream,
+        }
+    }
+
+    fn partition(volume: &Volume, topic: &str) -> (Arc<PartitionTail>, u64) {
+        let (key, tail, due, epoch) = volume
+            .shared()
+            .open_partition(topic, 0, true)
+            .unwrap()
+            .unwrap();
+        let partition = PartitionTail {
+            key,
+            tail: std::sync::Mutex::new(tail),
+            retention: Retention::default(),
+            due: std::sync::Mutex::new(due),
+        };
+        (Arc::new(partition), epoch)
+    }
+
+    /// A share of one batch for `partition`: where its answer arrives, and whether it was told
+    /// it committed locally.
+    fn share(
+        (partition, epoch): &(Arc<PartitionTail>, u64),
+        batch: Vec<NewRecord>,
+    ) -> (AppendRequest, mpsc::Receiver<AppendResult>, Arc<AtomicBool>) {
+        let (answer, answered) = mpsc::channel();
+        let committed = Arc::new(AtomicBool::new(false));
+        let told = committed.clone();
+        let request = AppendRequest {
+            partition: partition.clone(),
+            epoch: *epoch,
+            clock: Arc::new(SystemClock),
+            batches: vec![(batch, None)],
+            reply: Box::new(move |result| {
+                let _ = answer.send(result);
+            }),
+            committed: Some(Box::new(move || told.store(true, Ordering::SeqCst))),
+        };
+        (request, answered, committed)
+    }
+
+    fn commit(volume: &Volume, group: Vec<AppendRequest>) {
+        let shared = volume.shared();
+        shared.commit_group(&mut lock(&shared.writer), group);
+    }
+
+    fn offsets(result: AppendResult) -> Vec<u64> {
+        match result.unwrap().0.remove(0) {
+            AppendOutcome::Appended { offsets } => offsets,
+            AppendOutcome::Rejected(rejection) => panic!("rejected: {rejection:?}"),
+        }
+    }
+
+    fn stored_records(volume: &Volume) -> i64 {
+        lock(&volume.shared().writer)
+            .conn
+            .query_row("SELECT COUNT(*) FROM records", [], |row| row.get(0))
+            .unwrap()
+    }
+
+    const LONG: Duration = Duration::from_secs(60);
+
+    /// A group committed locally waits for its landing to be answered and seen, while the next
+    /// group commits on top of it: it continues its offsets and finds its keys. Both are
+    /// answered, and the partition's end moves, only once they landed.
+    #[test]
+    fn the_next_group_commits_while_the_one_before_waits_for_its_landing() {
+        let fixture = replicated_volume(LONG);
+        let orders = partition(&fixture.volume, "orders");
+        fixture.stream.hold.store(true, Ordering::SeqCst);
+        let (first, first_answer, first_committed) = share(
+            &orders,
+            vec![NewRecord::keyed("k", "1"), NewRecord::new("2")],
+        );
+        commit(&fixture.volume, vec![first]);
+        assert!(first_committed.load(Ordering::SeqCst));
+        assert!(first_answer.try_recv().is_err(), "answered before landing");
+
+        let (second, second_answer, second_committed) = share(
+            &orders,
+            vec![NewRecord::keyed("k", "again"), NewRecord::new("3")],
+        );
+        commit(&fixture.volume, vec![second]);
+        assert!(second_committed.load(Ordering::SeqCst));
+        assert_eq!(stored_records(&fixture.volume), 3);
+        assert_eq!(
+            orders.0.get().next_offset,
+            0,
+            "readers see unlanded records"
+        );
+        assert!(second_answer.try_recv().is_err(), "answered before landing");
+
+        fixture.stream.answer_all(None);
+        assert_eq!(offsets(first_answer.recv().unwrap()), [0, 1]);
+        assert_eq!(offsets(second_answer.recv().unwrap()), [0, 2]);
+        assert_eq!(orders.0.get().next_offset, 3);
+    }
+
+    /// A landing not known by its deadline answers its callers unavailable, and the volume
+    /// refuses writes until the outcome is known; once it landed, the volume reloads its memory
+    /// from the file (a new epoch), which holds the records.
+    #[test]
+    fn a_group_not_landed_in_time_is_answered_unavailable_and_reloaded_once_landed() {
+        let fixture = replicated_volume(Duration::ZERO);
+        let shared = fixture.volume.shared();
+        let orders = partition(&fixture.volume, "orders");
+        fixture.stream.hold.store(true, Ordering::SeqCst);
+        let (late, late_answer, _) = share(&orders, vec![NewRecord::new("1")]);
+        commit(&fixture.volume, vec![late]);
+        assert!(matches!(
+            late_answer.recv().unwrap(),
+            Err(StoreError::Replica { .. })
+        ));
+        let (refused, refused_answer, _) = share(&orders, vec![NewRecord::new("2")]);
+        commit(&fixture.volume, vec![refused]);
+        assert!(matches!(
+            refused_answer.recv().unwrap(),
+            Err(StoreError::Replica { .. })
+        ));
+        assert_eq!(stored_records(&fixture.volume), 1);
+
+        fixture.stream.hold.store(false, Ordering::SeqCst);
+        fixture.stream.answer_all(None);
+        shared.settle_landing(&mut lock(&shared.writer)).unwrap();
+        assert!(shared.refuses_writes(orders.1));
+        let reopened = partition(&fixture.volume, "orders");
+        assert_eq!(reopened.0.get().next_offset, 1);
+    }
+
+    /// A landing refused (another owner fenced the stream) fails the groups in flight, and the
+    /// volume refuses writes for good.
+    #[test]
+    fn a_fenced_stream_fails_the_groups_in_flight_and_every_later_write() {
+        let fixture = replicated_volume(LONG);
+        let orders = partition(&fixture.volume, "orders");
+        fixture.stream.hold.store(true, Ordering::SeqCst);
+        let (first, first_answer, _) = share(&orders, vec![NewRecord::new("1")]);
+        commit(&fixture.volume, vec![first]);
+        let (second, second_answer, _) = share(&orders, vec![NewRecord::new("2")]);
+        commit(&fixture.volume, vec![second]);
+
+        fixture.stream.answer_all(Some("fenced by another node"));
+        for answer in [first_answer, second_answer] {
+            match answer.recv().unwrap() {
+                Err(StoreError::Replica { reason }) => assert!(reason.contains("fenced")),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(orders.0.get().next_offset, 0);
+        let (later, later_answer, _) = share(&orders, vec![NewRecord::new("3")]);
+        commit(&fixture.volume, vec![later]);
+        assert!(matches!(
+            later_answer.recv().unwrap(),
+            Err(StoreError::Replica { .. })
+        ));
     }
 }

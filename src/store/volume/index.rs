@@ -56,7 +56,8 @@ impl Shared {
 
     pub(super) fn index_locked(&self, writer: &mut Writer) -> Result<(), StoreError> {
         self.settle_landing(writer)?;
-        let (through, last) = (writer.indexed_through, writer.last_seq);
+        // Groups in flight are not indexed: readers must not find them.
+        let (through, last) = (writer.indexed_through, writer.published_seq);
         if last <= through || self.damaged.get().is_some() {
             return Ok(());
         }

@@ -25,16 +25,17 @@
 //! due times they move), `Shared::write` (cursors, leases, trims and the cold index, settled
 //! due times, reviewed limits), and `Shared::unsynced` (what can be rebuilt or forgotten: a new
 //! partition's row before its first durable write, index passes). Migrations run once at open.
-//! When the volume is replicated, each door lands its transaction's changes in the node's
-//! stream just before it commits, and first settles a landing not known in time (see
-//! `replication.rs`).
+//! When the volume is replicated, each door hands its transaction's changes to the node's
+//! stream just before it commits, and first settles what waits for the stream (see
+//! `replication.rs`): the committer's groups are answered once landed, the other doors commit
+//! only once landed, after the groups in flight.
 //!
 //! Lock order: `Shared::writer` before `Shared::recent` and `Shared::pending`, and before a
 //! partition's `PartitionTail` locks (`tail`, `due`); `recent` is never held while taking
 //! `writer`. The commit queue's and the trim locks' own locks are never held while taking any
 //! other.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -58,6 +59,7 @@ use super::{StoreError, SyncMode, lock, schema};
 use health::{Damage, high_water_path, read_high_water};
 use index::Recent;
 
+use committer::InFlight;
 pub(super) use committer::pending_deliveries;
 pub(super) use health::{Fault, write_high_water};
 
@@ -85,6 +87,12 @@ pub(super) struct Writer {
     /// The newest seq handed out to a committed record. Seqs are assigned here, not by
     /// SQLite, which would reuse the seq of a deleted newest row.
     last_seq: i64,
+    /// The newest seq readers may see: below it every group commit landed (equal to
+    /// `last_seq` when nothing is in flight). Index passes stop here.
+    published_seq: i64,
+    /// Group commits committed locally whose window has not landed yet, oldest first (see
+    /// `committer.rs`).
+    in_flight: VecDeque<InFlight>,
 }
 
 /// What the volume's threads share.
@@ -94,10 +102,10 @@ pub(super) struct Shared {
     writer: Mutex<Writer>,
     readers: r2d2::Pool<SqliteConnectionManager>,
     recent: Mutex<HashMap<i64, Recent>>,
-    queue: CommitQueue,
+    pub(super) queue: Arc<CommitQueue>,
     /// Set when a write failed with an unknown outcome: from then on writes are refused until
     /// [`Volume::recover`] reopens the writer.
-    poisoned: AtomicBool,
+    pub(super) poisoned: AtomicBool,
     /// Bumped by every recovery; a store opened under an older epoch refuses writes.
     epoch: AtomicU64,
     /// What was found wrong with the volume, once something was: from then on it refuses
@@ -221,6 +229,8 @@ impl Volume {
             conn,
             indexed_through: 0,
             last_seq: 0,
+            published_seq: 0,
+            in_flight: VecDeque::new(),
         };
         writer.load_positions()?;
         let shared = Arc::new(Shared {
@@ -229,7 +239,7 @@ impl Volume {
             writer: Mutex::new(writer),
             readers,
             recent: Mutex::default(),
-            queue: CommitQueue::default(),
+            queue: Arc::default(),
             poisoned: AtomicBool::new(false),
             epoch: AtomicU64::new(0),
             damaged: std::sync::OnceLock::new(),
@@ -354,6 +364,7 @@ impl Writer {
         // Trims delete indexed records, possibly the newest: a seq is never handed out twice,
         // or a record could hide below `indexed_through` and never be indexed.
         self.last_seq = newest.max(self.indexed_through);
+        self.published_seq = self.last_seq;
         Ok(())
     }
 }
@@ -425,6 +436,8 @@ impl Shared {
         let mut writer = lock(&self.writer);
         // Checked under the lock: a writer queued behind a failing one must not commit after it.
         self.check_intact()?;
+        // It sees (and may change) what the groups in flight bring to memory: they land first.
+        self.drain_in_flight(&mut writer)?;
         self.settle_landing(&mut writer)?;
         if self.refuses_writes(epoch) {
             return Err(StoreError::Poisoned);
@@ -435,8 +448,7 @@ impl Shared {
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = work(&tx)?;
             self.injected_fault(Fault::BeforeCommit)?;
-            self.land(&tx)?;
-            tx.commit()?;
+            self.commit_landed(tx)?;
             Ok(value)
         })()
         .map_err(|err| self.write_failed(err))
@@ -481,6 +493,10 @@ impl Shared {
                 }
                 None => return Ok(None),
             };
+            // Its end as readers see it, once the groups in flight that write to it landed.
+            if writer.in_flight.iter().any(|group| group.writes_to(key)) {
+                self.drain_in_flight(&mut writer)?;
+            }
             let (tail, due) = self.load_tail(&writer.conn, key)?;
             Ok(Some((key, tail, due, self.epoch())))
         })();
@@ -531,8 +547,7 @@ impl Shared {
         let result = (|| {
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let value = work(&tx)?;
-            self.land(&tx)?;
-            tx.commit()?;
+            self.commit_landed(tx)?;
             Ok(value)
         })();
         conn.pragma_update(None, "synchronous", self.sync.pragma())?;
@@ -543,6 +558,8 @@ impl Shared {
     /// failed transaction left), reindexes, and starts a new epoch. Stores opened before keep
     /// refusing writes; reopening them loads their log's end anew.
     pub(super) fn recover(&self, writer: &mut Writer) -> Result<(), StoreError> {
+        // What memory would take from them is reloaded from the file instead.
+        self.fail_in_flight(writer, "the volume reloaded before the write's answer");
         writer.conn = open_writer(&self.path, self.sync)?;
         self.capture(&writer.conn)?;
         writer.load_positions()?;
