@@ -11,7 +11,9 @@
 //! section, and 10⁴ quiet partitions instead of 10⁵ in the replication section. `--only` runs
 //! one section: `throughput` (which latency needs), `cold`, `partitions` (needs `--server`),
 //! `scale`, `million` (needs `--server`) or `replication` (needs `--server`, and starts
-//! `scripts/s3-server`). Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`.
+//! `scripts/s3-server`). Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only` of
+//! a section with a heading of its own (`scale`, `partitions`, `million`, `replication`)
+//! replaces only that section of them.
 
 mod embedded;
 mod external;
@@ -238,7 +240,7 @@ fn main() {
         ));
     }
 
-    report.write(&args.out, args.quick);
+    report.write(&args.out, args.quick, args.only.as_deref());
 }
 
 /// The median of three runs of `measure`: this machine's disk and scheduler vary from one

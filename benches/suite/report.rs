@@ -286,14 +286,26 @@ impl Report {
         rows
     }
 
-    /// Prints the table and writes `out/BENCHMARKS.md` and `out/bench/results.json`.
-    pub fn write(&self, out: &Path, quick: bool) {
-        let markdown = self.markdown(quick);
+    /// Prints the table and writes `out/BENCHMARKS.md` and `out/bench/results.json`. A run of
+    /// one section with a heading of its own (`only`) replaces that section of the files there
+    /// and keeps the others.
+    pub fn write(&self, out: &Path, quick: bool, only: Option<&str>) {
+        let mut markdown = self.markdown(quick);
         println!("{markdown}");
+        let mut json = self.json();
+        let (md_path, json_path) = (out.join("BENCHMARKS.md"), out.join("bench/results.json"));
+        if let Some(heading) = only.and_then(own_heading)
+            && let (Ok(old_md), Ok(old_json)) = (
+                std::fs::read_to_string(&md_path),
+                std::fs::read_to_string(&json_path),
+            )
+        {
+            markdown = replace_section(&old_md, &markdown, heading);
+            json = keep_unmeasured(serde_json::from_str(&old_json).unwrap_or_default(), json);
+        }
         std::fs::create_dir_all(out.join("bench")).unwrap();
-        std::fs::write(out.join("BENCHMARKS.md"), &markdown).unwrap();
-        let json = serde_json::to_string_pretty(&self.json()).unwrap();
-        std::fs::write(out.join("bench").join("results.json"), json).unwrap();
+        std::fs::write(md_path, &markdown).unwrap();
+        std::fs::write(json_path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
     }
 
     fn markdown(&self, quick: bool) -> String {
@@ -788,6 +800,56 @@ impl Report {
             })).collect::<Vec<_>>(),
         })
     }
+}
+
+/// The heading of `BENCHMARKS.md` that suite section `section` alone writes, if it has one.
+fn own_heading(section: &str) -> Option<&'static str> {
+    match section {
+        "scale" => Some("## Cost growth"),
+        "partitions" => Some("## Many partitions"),
+        "million" => Some("## A million partitions"),
+        "replication" => Some("## Replication"),
+        _ => None,
+    }
+}
+
+/// `old` with its section under `heading` (up to the next `## `) taken from `new`.
+fn replace_section(old: &str, new: &str, heading: &str) -> String {
+    let section = |text: &str| -> Option<(usize, usize)> {
+        let start = text.find(&format!("{heading}\n"))?;
+        let end = text[start + heading.len()..]
+            .find("\n## ")
+            .map_or(text.len(), |at| start + heading.len() + at + 1);
+        Some((start, end))
+    };
+    let (Some((old_start, old_end)), Some((new_start, new_end))) = (section(old), section(new))
+    else {
+        return new.to_owned();
+    };
+    format!(
+        "{}{}{}",
+        &old[..old_start],
+        &new[new_start..new_end],
+        &old[old_end..]
+    )
+}
+
+/// `new`, with each figure this run did not measure (empty or null) taken from `old`.
+fn keep_unmeasured(old: serde_json::Value, mut new: serde_json::Value) -> serde_json::Value {
+    let unmeasured = |value: &serde_json::Value| match value {
+        serde_json::Value::Null => true,
+        serde_json::Value::Array(items) => items.is_empty(),
+        serde_json::Value::Object(fields) => fields.is_empty(),
+        _ => false,
+    };
+    if let (Some(new), serde_json::Value::Object(old)) = (new.as_object_mut(), old) {
+        for (key, value) in old {
+            if new.get(&key).is_none_or(unmeasured) {
+                new.insert(key, value);
+            }
+        }
+    }
+    new
 }
 
 /// The goals of the replication run, each with what was measured and whether it is met.

@@ -138,8 +138,14 @@ pub(super) fn install(conn: &Connection) -> Result<(), StoreError> {
 }
 
 /// Reads and empties what `tx` has captured so far, encoded; empty when it changed nothing.
+/// Each row is encoded as it is read, from SQLite's own buffers.
 pub(super) fn take(tx: &Transaction<'_>) -> Result<Vec<u8>, StoreError> {
-    let mut changes: Vec<(String, i64, Vec<Value>)> = Vec::new();
+    // Read at the first change: most transactions of a busy volume have some.
+    let mut tables: Option<HashMap<String, Table>> = None;
+    let mut used: Vec<String> = Vec::new();
+    let mut index: HashMap<String, u16> = HashMap::new();
+    let mut changes = 0u32;
+    let mut body = Vec::new();
     {
         let mut statement = tx.prepare_cached(&format!(
             "SELECT tbl, op, {} FROM temp.redo ORDER BY n",
@@ -150,46 +156,50 @@ pub(super) fn take(tx: &Transaction<'_>) -> Result<Vec<u8>, StoreError> {
         ))?;
         let mut rows = statement.query([])?;
         while let Some(row) = rows.next()? {
-            let values = (0..MAX_COLUMNS)
-                .map(|i| row.get::<_, Value>(i + 2))
-                .collect::<Result<_, _>>()?;
-            changes.push((row.get(0)?, row.get(1)?, values));
+            let tables = match &mut tables {
+                Some(tables) => tables,
+                None => tables.insert(
+                    self::tables(tx)?
+                        .into_iter()
+                        .map(|table| (table.name.clone(), table))
+                        .collect(),
+                ),
+            };
+            let name = row.get_ref(0)?.as_str().map_err(rusqlite::Error::from)?;
+            let op: i64 = row.get(1)?;
+            let table = tables.get(name).ok_or_else(|| StoreError::Corrupted {
+                reason: format!("a change to table {name}, which is not captured"),
+            })?;
+            let id = match index.get(name) {
+                Some(&id) => id,
+                None => {
+                    used.push(table.name.clone());
+                    let id = (used.len() - 1) as u16;
+                    index.insert(table.name.clone(), id);
+                    id
+                }
+            };
+            body.extend_from_slice(&id.to_le_bytes());
+            body.push(op as u8);
+            let width = if op == UPSERT {
+                table.columns.len()
+            } else {
+                table.key.len()
+            };
+            for column in 0..width {
+                put_value(&mut body, row.get_ref(column + 2)?);
+            }
+            changes += 1;
         }
     }
-    if changes.is_empty() {
+    let Some(tables) = tables else {
         return Ok(Vec::new());
-    }
+    };
     tx.prepare_cached("DELETE FROM temp.redo")?.execute([])?;
-    let tables: HashMap<String, Table> = tables(tx)?
-        .into_iter()
-        .map(|table| (table.name.clone(), table))
-        .collect();
-    let mut used: Vec<&Table> = Vec::new();
-    let mut index: HashMap<&str, u16> = HashMap::new();
-    let mut body = Vec::new();
-    put_u32(&mut body, changes.len() as u32);
-    for (name, op, values) in &changes {
-        let table = tables.get(name).ok_or_else(|| StoreError::Corrupted {
-            reason: format!("a change to table {name}, which is not captured"),
-        })?;
-        let id = *index.entry(&table.name).or_insert_with(|| {
-            used.push(table);
-            (used.len() - 1) as u16
-        });
-        body.extend_from_slice(&id.to_le_bytes());
-        body.push(*op as u8);
-        let width = if *op == UPSERT {
-            table.columns.len()
-        } else {
-            table.key.len()
-        };
-        for value in &values[..width] {
-            put_value(&mut body, value.into());
-        }
-    }
     let mut encoded = MAGIC.to_vec();
     encoded.extend_from_slice(&(used.len() as u16).to_le_bytes());
-    for table in used {
+    for name in &used {
+        let table = &tables[name];
         put_str(&mut encoded, &table.name);
         encoded.extend_from_slice(&(table.columns.len() as u16).to_le_bytes());
         for column in &table.columns {
@@ -200,6 +210,8 @@ pub(super) fn take(tx: &Transaction<'_>) -> Result<Vec<u8>, StoreError> {
             encoded.extend_from_slice(&(column as u16).to_le_bytes());
         }
     }
+    encoded.reserve(4 + body.len());
+    put_u32(&mut encoded, changes);
     encoded.extend_from_slice(&body);
     Ok(encoded)
 }

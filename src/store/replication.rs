@@ -308,10 +308,12 @@ impl Shared {
     /// known, refuses writes. Called by every write door under the writer lock, and by the
     /// committer when a landing's outcome arrives or it is idle.
     pub(super) fn settle_landing(&self, writer: &mut Writer) -> Result<(), StoreError> {
+        // First: groups in flight are answered even once the volume is fenced (the stream
+        // answers every window it will not store).
+        self.settle_in_flight(writer)?;
         if let Some(reason) = self.fenced.get() {
             return Err(unavailable(reason.clone()));
         }
-        self.settle_in_flight(writer)?;
         // Taken out of its lock: the recovery below runs the write doors again.
         let Some(mut landing) = lock(&self.pending).take() else {
             return Ok(());
