@@ -294,6 +294,8 @@ pub struct ReplicationSettings {
     pub commit_linger_ms: u64,
     /// Largest window in bytes. Default: 8 MiB.
     pub max_window_bytes: usize,
+    /// Most windows being stored at once, 1 to 16. Default: 2.
+    pub max_puts_in_flight: usize,
     /// How long a write waits for its window before it is answered `unavailable`. Default: 10 s.
     pub put_retry_ms: u64,
     /// A volume is snapshotted once it landed this many bytes since its last snapshot.
@@ -353,6 +355,12 @@ impl ReplicationSettings {
             ));
         }
         positive("replication.max_window_bytes", self.max_window_bytes as u64)?;
+        if !(1..=crate::replica::MAX_PUTS_IN_FLIGHT).contains(&self.max_puts_in_flight) {
+            return Err(ConfigError::invalid(
+                "replication.max_puts_in_flight",
+                format!("must be 1 to {}", crate::replica::MAX_PUTS_IN_FLIGHT),
+            ));
+        }
         positive("replication.snapshot_bytes", self.snapshot_bytes)?;
         positive(
             "replication.snapshot_interval_ms",

@@ -6,8 +6,9 @@
 //! incarnation; each object of it is a window of what the node's volumes committed together,
 //! created only where nothing is (`If-None-Match: *`), so a seq holds one window for ever. A
 //! volume's write is answered, and seen by readers, only once its window landed (see
-//! `store/replication.rs`); windows are stored one at a time, in seq order, and a window's
-//! seq is known when a write joins it, so the next writes commit locally while it is stored.
+//! `store/replication.rs`); a few windows are stored at once and answered in seq order, and
+//! a window's seq is known when a write joins it, so the next writes commit locally while it
+//! is stored.
 //! At start the node claims a new incarnation and takes each volume ([`take`]): its local copy
 //! is brought up to its history, the previous owner's stream is sealed with a fence (whose
 //! writer then lands nothing more: it answers `503 unavailable` from then on), and the manifest
@@ -98,7 +99,7 @@ struct OpenWindow {
 }
 
 /// The windows waiting to be stored, oldest first, shared by the volumes (which submit) and
-/// the stream's writer (which stores them one at a time, in seq order).
+/// the stream's writer (which stores a few at once and answers them in seq order).
 #[derive(Default)]
 struct Outbox {
     windows: std::sync::Mutex<Windows>,
@@ -355,6 +356,10 @@ impl Stream for Replicator {
     }
 }
 
+/// The most windows a stream may store at once (`replication.max_puts_in_flight`): a copy
+/// taken after a stop checks as many windows before its own (see [`take`]).
+pub const MAX_PUTS_IN_FLIGHT: usize = 16;
+
 /// Longest wait for one answer of the bucket: a window's PUT is retried after it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -367,16 +372,24 @@ struct StreamWriter {
     outbox: Arc<Outbox>,
     linger: Duration,
     max_window_bytes: usize,
+    max_puts_in_flight: usize,
 }
 
 /// What the writer does next.
 enum Step {
     /// Store this window (its seq, and what was submitted to it).
     Store(u64, Vec<Submission>),
-    /// Wait for a submission, or until the front window's linger ends.
+    /// Nothing to start before a submission, or until this time (a window's linger ends).
     Wait(Option<Instant>),
     /// The stream closed and everything queued is stored.
     Stop,
+}
+
+/// A window being stored, on a task of its own.
+struct Storing {
+    seq: u64,
+    submissions: Vec<Submission>,
+    landed: tokio::task::JoinHandle<Landed>,
 }
 
 impl StreamWriter {
@@ -386,144 +399,201 @@ impl StreamWriter {
             outbox,
             linger: Duration::from_millis(settings.commit_linger_ms),
             max_window_bytes: settings.max_window_bytes,
+            max_puts_in_flight: settings.max_puts_in_flight,
         }
     }
 
-    /// Stores the submitted windows one at a time, in seq order, and answers each submitter
-    /// once its window's outcome is known.
+    /// Stores the submitted windows, up to `max_puts_in_flight` at once, and answers each
+    /// window's submitters once it and every window before it are stored: a window is
+    /// answered only after those before it, whatever order the bucket stores them in.
     async fn run(self) {
+        let mut storing: VecDeque<Storing> = VecDeque::new();
         loop {
-            let (seq, submissions) = match self.next_step() {
-                Step::Store(seq, submissions) => (seq, submissions),
-                Step::Wait(until) => {
-                    let submitted = self.outbox.submitted.notified();
-                    match until {
-                        Some(until) => {
-                            let _ = tokio::time::timeout_at(until.into(), submitted).await;
-                        }
-                        None => submitted.await,
+            let mut wait = Some(None);
+            while storing.len() < self.max_puts_in_flight {
+                match self.next_step() {
+                    Step::Store(seq, submissions) => {
+                        storing.push_back(self.start(seq, submissions))
                     }
-                    continue;
+                    Step::Wait(until) => {
+                        wait = Some(until);
+                        break;
+                    }
+                    Step::Stop => {
+                        wait = None;
+                        break;
+                    }
                 }
-                Step::Stop => return,
+            }
+            let more = storing.len() < self.max_puts_in_flight && wait.is_some();
+            let Some(front) = storing.front_mut() else {
+                match wait {
+                    None => return,
+                    Some(until) => {
+                        self.wait_for_submissions(until).await;
+                        continue;
+                    }
+                }
             };
-            let landed = self.store(seq, &submissions).await;
-            match &landed {
-                Ok(_) => {
-                    lock(&self.outbox.windows).queue.pop_front();
-                    self.node.landed.store(seq, Ordering::SeqCst);
-                }
-                Err(reason) => self.stop(reason),
+            let until = wait.flatten();
+            let landed = tokio::select! {
+                landed = &mut front.landed => landed
+                    .unwrap_or_else(|err| Err(format!("storing a window failed: {err}"))),
+                () = self.wait_for_submissions(until), if more => continue,
+            };
+            let stored = storing.pop_front().expect("a window is being stored");
+            if let Err(reason) = &landed {
+                self.stop(reason, storing.drain(..));
             }
-            let mut counted = vec![0; self.node.epochs.len()];
-            for submission in submissions {
-                counted[submission.volume] += submission.redo.len();
-                (submission.on_landed)(landed.clone());
-            }
-            if landed.is_ok() {
-                for (volume, bytes) in counted.into_iter().enumerate() {
-                    if bytes > 0 {
-                        self.node.landed(volume, bytes).await;
-                    }
-                }
-            }
+            self.answer(stored, landed).await;
         }
     }
 
-    /// Takes the front window when it is closed: another window waits behind it, it is full,
-    /// every volume submitted to it (none can add more before its answer), its linger is
-    /// over, or the stream is closing.
-    fn next_step(&self) -> Step {
-        let mut windows = lock(&self.outbox.windows);
-        let closed = windows.closed;
-        let behind = windows.queue.len() > 1;
-        let Some(front) = windows.queue.front_mut() else {
-            return if closed { Step::Stop } else { Step::Wait(None) };
-        };
-        let until = front.opened + self.linger;
-        let ready = behind
-            || closed
-            || front.bytes >= self.max_window_bytes
-            || front.volumes.iter().all(|&submitted| submitted)
-            || Instant::now() >= until;
-        if !ready {
-            return Step::Wait(Some(until));
-        }
-        front.storing = true;
-        Step::Store(front.seq, std::mem::take(&mut front.submissions))
-    }
-
-    /// Stops the stream for good: every window queued is answered `reason`, and so is every
-    /// later submission.
-    fn stop(&self, reason: &str) {
-        let queued: Vec<OpenWindow> = {
-            let mut windows = lock(&self.outbox.windows);
-            windows.stopped = Some(reason.to_owned());
-            windows.queue.drain(..).collect()
-        };
-        for window in queued {
-            for submission in window.submissions {
-                (submission.on_landed)(Err(reason.to_owned()));
+    /// Waits for a submission, or until `until`.
+    async fn wait_for_submissions(&self, until: Option<Instant>) {
+        let submitted = self.outbox.submitted.notified();
+        match until {
+            Some(until) => {
+                let _ = tokio::time::timeout_at(until.into(), submitted).await;
             }
+            None => submitted.await,
         }
     }
 
-    /// Stores one window at `seq`, retrying the same bytes until the bucket answers.
-    async fn store(&self, seq: u64, window: &[Submission]) -> Landed {
+    /// Encodes window `seq` and starts storing it.
+    fn start(&self, seq: u64, submissions: Vec<Submission>) -> Storing {
         let node = &self.node;
         let at = Position {
             node: node.node.clone(),
             inc: node.inc,
             seq,
         };
-        let changes: Vec<(usize, u64, &[u8])> = window
+        let changes: Vec<(usize, u64, &[u8])> = submissions
             .iter()
             .map(|s| (s.volume, node.epochs[s.volume], &s.redo[..]))
             .collect();
         let bytes = Window::encode(&at, &changes);
-        let key = node.keys.window(&at.node, at.inc, at.seq);
-        let mut pause = RETRY_PAUSES.0;
-        let mut failures = 0u32;
-        loop {
-            let failure = match node.objects.create(&key, &bytes).await {
-                Ok(Put::Stored(_)) => break,
-                // Stored already (an earlier attempt whose answer was lost), a fence, or
-                // nothing readable yet.
-                Ok(Put::ConditionFailed) => match node.objects.get(&key).await {
-                    Ok(Some((found, _))) if found == bytes => break,
-                    Ok(Some((found, _))) => {
-                        let reason = if is_fence(&found) {
-                            format!(
-                                "another node took this node's volumes (its stream is sealed at \
-                                 {key}); this node accepts no more writes"
-                            )
-                        } else {
-                            format!("{key} holds another writer's window")
-                        };
-                        log::error!("replica: {reason}");
-                        node.counters.fenced.store(true, Ordering::Relaxed);
-                        return Err(reason);
-                    }
-                    Ok(None) => "a window's key answered 412, then 404".to_owned(),
-                    Err(err) => err.to_string(),
-                },
-                Err(err) => err.to_string(),
-            };
-            failures += 1;
-            node.counters.put_failures.fetch_add(1, Ordering::Relaxed);
-            if failures == 1 || failures.is_power_of_two() {
-                log::warn!("replica: storing {key} failed ({failures} times): {failure}");
-            }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(RETRY_PAUSES.1);
+        Storing {
+            seq,
+            submissions,
+            landed: tokio::spawn(store(node.clone(), at, bytes)),
         }
-        if failures > 0 {
-            log::info!("replica: stored {key} after {failures} failures");
-        }
-        node.counters.windows.fetch_add(1, Ordering::Relaxed);
-        node.counters
-            .window_bytes
-            .fetch_add(bytes.len() as u64, Ordering::Relaxed);
-        Ok(at)
     }
+
+    /// Answers the submitters of a window whose outcome is known (and every window's before
+    /// it), and counts what landed towards each volume's next snapshot.
+    async fn answer(&self, stored: Storing, landed: Landed) {
+        if landed.is_ok() {
+            lock(&self.outbox.windows).queue.pop_front();
+            self.node.landed.store(stored.seq, Ordering::SeqCst);
+        }
+        let mut counted = vec![0; self.node.epochs.len()];
+        for submission in stored.submissions {
+            counted[submission.volume] += submission.redo.len();
+            (submission.on_landed)(landed.clone());
+        }
+        if landed.is_ok() {
+            for (volume, bytes) in counted.into_iter().enumerate() {
+                if bytes > 0 {
+                    self.node.landed(volume, bytes).await;
+                }
+            }
+        }
+    }
+
+    /// Takes the oldest window not being stored when it is closed: another window waits
+    /// behind it, it is full, every volume submitted to it (none can add more before its
+    /// answer), its linger is over, or the stream is closing.
+    fn next_step(&self) -> Step {
+        let mut windows = lock(&self.outbox.windows);
+        let (closed, count) = (windows.closed, windows.queue.len());
+        let Some(at) = windows.queue.iter().position(|window| !window.storing) else {
+            return if closed && count == 0 {
+                Step::Stop
+            } else {
+                Step::Wait(None)
+            };
+        };
+        let window = &mut windows.queue[at];
+        let until = window.opened + self.linger;
+        let ready = at + 1 < count
+            || closed
+            || window.bytes >= self.max_window_bytes
+            || window.volumes.iter().all(|&submitted| submitted)
+            || Instant::now() >= until;
+        if !ready {
+            return Step::Wait(Some(until));
+        }
+        window.storing = true;
+        Step::Store(window.seq, std::mem::take(&mut window.submissions))
+    }
+
+    /// Stops the stream for good: every window queued or being stored (`storing`) is
+    /// answered `reason`, and so is every later submission.
+    fn stop(&self, reason: &str, storing: impl Iterator<Item = Storing>) {
+        let queued: Vec<OpenWindow> = {
+            let mut windows = lock(&self.outbox.windows);
+            windows.stopped = Some(reason.to_owned());
+            windows.queue.drain(..).collect()
+        };
+        let storing = storing.flat_map(|window| {
+            window.landed.abort();
+            window.submissions
+        });
+        for submission in queued
+            .into_iter()
+            .flat_map(|window| window.submissions)
+            .chain(storing)
+        {
+            (submission.on_landed)(Err(reason.to_owned()));
+        }
+    }
+}
+
+/// Stores the window `bytes` at `at`, retrying the same bytes until the bucket answers.
+async fn store(node: Arc<Node>, at: Position, bytes: Vec<u8>) -> Landed {
+    let key = node.keys.window(&at.node, at.inc, at.seq);
+    let mut pause = RETRY_PAUSES.0;
+    let mut failures = 0u32;
+    loop {
+        let failure = match node.objects.create(&key, &bytes).await {
+            Ok(Put::Stored(_)) => break,
+            // Stored already (an earlier attempt whose answer was lost), a fence, or nothing
+            // readable yet.
+            Ok(Put::ConditionFailed) => match node.objects.get(&key).await {
+                Ok(Some((found, _))) if found == bytes => break,
+                Ok(Some((found, _))) => {
+                    let reason = if is_fence(&found) {
+                        format!(
+                            "another node took this node's volumes (its stream is sealed at \
+                             {key}); this node accepts no more writes"
+                        )
+                    } else {
+                        format!("{key} holds another writer's window")
+                    };
+                    log::error!("replica: {reason}");
+                    node.counters.fenced.store(true, Ordering::Relaxed);
+                    return Err(reason);
+                }
+                Ok(None) => "a window's key answered 412, then 404".to_owned(),
+                Err(err) => err.to_string(),
+            },
+            Err(err) => err.to_string(),
+        };
+        failures += 1;
+        node.counters.put_failures.fetch_add(1, Ordering::Relaxed);
+        if failures == 1 || failures.is_power_of_two() {
+            log::warn!("replica: storing {key} failed ({failures} times): {failure}");
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(RETRY_PAUSES.1);
+    }
+    if failures > 0 {
+        log::info!("replica: stored {key} after {failures} failures");
+    }
+    node.counters.windows.fetch_add(1, Ordering::Relaxed);
+    node.counters
+        .window_bytes
+        .fetch_add(bytes.len() as u64, Ordering::Relaxed);
+    Ok(at)
 }

@@ -5,10 +5,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::ReplicaError;
 use super::format::{
     Keys, Manifest, Owner, Resume, Segment, Snapshot, StreamObject, Window, decode, fence,
 };
+use super::{MAX_PUTS_IN_FLIGHT, ReplicaError};
 use crate::cold::s3::{Objects, Put};
 use crate::store::{LocalCopy, Position, Volume};
 
@@ -191,10 +191,12 @@ impl<'a> Taker<'a> {
         self.write_manifest(volume, next, Some(&etag)).await
     }
 
-    /// Whether the window a copy resumes after is in the bucket. A copy commits a group before
-    /// its window lands (it is answered only after): one whose node stopped first holds a
-    /// window that may never have landed, and later ones of its stream then hold other
-    /// writes. Only an open segment can lack it (a sealed one ends at its first absent window).
+    /// Whether every window up to the one a copy resumes after is in the bucket. A copy commits
+    /// a group before its window lands (it is answered only after): one whose node stopped
+    /// first may hold a window that never landed, or one stored while a window before it was
+    /// not (windows are stored several at a time), and the bucket's history then ends before
+    /// it. Only an open segment can end so (a sealed one ends at its first absent window), and
+    /// only the windows that may have been stored at once with it need a look.
     async fn holds_window(
         &mut self,
         manifest: &Manifest,
@@ -203,14 +205,24 @@ impl<'a> Taker<'a> {
         let Resume::After { segment, position } = resume else {
             return Ok(true);
         };
-        if manifest.chain[*segment].end.is_some() {
+        let segment = &manifest.chain[*segment];
+        if segment.end.is_some() {
             return Ok(true);
         }
-        let key = self.keys.window(&position.node, position.inc, position.seq);
-        Ok(matches!(
-            self.fetch(&key).await?.as_deref(),
-            Some(StreamObject::Window(_))
-        ))
+        // Windows before the segment's first are in the volume's snapshot (and may be deleted).
+        let oldest = (position.seq + 1)
+            .saturating_sub(MAX_PUTS_IN_FLIGHT as u64)
+            .max(segment.first);
+        for seq in oldest..=position.seq {
+            let key = self.keys.window(&position.node, position.inc, seq);
+            if !matches!(
+                self.fetch(&key).await?.as_deref(),
+                Some(StreamObject::Window(_))
+            ) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
     /// This incarnation's stream, open, as a segment of a volume's history.

@@ -20,6 +20,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use durability::cold::S3Settings;
+use durability::routing::fnv1a_utf16;
 use s3::Bucket;
 use s3::error::S3Error;
 use serde_json::{Value, json};
@@ -346,6 +347,66 @@ fn a_copy_holding_a_window_that_never_landed_is_set_aside_at_start() {
         served,
         "a node rebuilt from the bucket serves the same records"
     );
+}
+
+/// Windows are stored two at a time (the default `max_puts_in_flight`): the proxy holds one
+/// write's window back while the next write's window, from another volume, lands. The second
+/// write is answered only once the first's window landed too (its answer would otherwise
+/// promise a record that a restart drops: the bucket's history ends at the window missing
+/// before it), and both are stored.
+#[test]
+fn a_window_is_answered_only_after_the_windows_before_it() {
+    let node = ProxiedNode::start_with("solo", "10000", &[("DURABILITY__STORAGE__VOLUMES", "2")]);
+    let (addr, proxy) = (node.server.addr, &node.proxy);
+    // Another volume than partition 0's: its committer does not wait for
+    // partition 0's group, only the stream orders them.
+    let volume = |partition: u32| fnv1a_utf16(&format!("{TOPIC}:{partition}")) % 2;
+    let other = (1..)
+        .find(|&p| volume(p) != volume(0))
+        .expect("a partition");
+    append_once(addr, 0, "before").expect("an append before the hold");
+    append_once(addr, other, "before").expect("an append before the hold");
+
+    proxy.state.hold_next.store(true, Ordering::SeqCst);
+    let first = thread::spawn(move || (append(addr, 0, "first"), Instant::now()));
+    assert!(
+        block_on(eventually(Duration::from_secs(10), async || {
+            proxy.state.held.load(Ordering::SeqCst)
+        })),
+        "the first write's window reaches the proxy"
+    );
+    let puts = proxy.state.wal_puts.load(Ordering::SeqCst);
+    let second = thread::spawn(move || (append(addr, other, "second"), Instant::now()));
+    assert!(
+        block_on(eventually(Duration::from_secs(10), async || {
+            proxy.state.wal_puts.load(Ordering::SeqCst) > puts
+        })),
+        "the second write's window is stored while the first's is held"
+    );
+    // Time for the second window's answer to come back, had it been answered alone.
+    thread::sleep(Duration::from_millis(500));
+    assert!(
+        !second.is_finished(),
+        "the second write waits for the first window"
+    );
+    let released = Instant::now();
+    proxy.state.held.store(false, Ordering::SeqCst);
+
+    let (first, _) = first.join().expect("the first write");
+    let (second, second_at) = second.join().expect("the second write");
+    let (first, second) = (first.expect("answered"), second.expect("answered"));
+    assert_eq!((first.0, second.0), (202, 202), "{first:?} then {second:?}");
+    assert!(
+        second_at >= released,
+        "answered after the window before it landed"
+    );
+    assert_eq!((single_offset(&first.1), single_offset(&second.1)), (1, 1));
+    for (partition, key) in [(0, "first"), (other, "second")] {
+        assert_eq!(
+            keyed_offsets(&read_all(addr, partition)),
+            vec![(0, "before".to_owned()), (1, key.to_owned())]
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -948,6 +1009,11 @@ struct ProxiedNode {
 
 impl ProxiedNode {
     fn start(node: &str, put_retry_ms: &str) -> Self {
+        Self::start_with(node, put_retry_ms, &[])
+    }
+
+    /// [`ProxiedNode::start`], with `overrides` set on top.
+    fn start_with(node: &str, put_retry_ms: &str, overrides: &[(&str, &str)]) -> Self {
         let alone = fd_count_lock();
         let s3 = block_on(fresh_s3_bucket());
         let proxy = Proxy::start(&s3.endpoint);
@@ -957,7 +1023,11 @@ impl ProxiedNode {
             &s3,
             &proxy.url(),
             node,
-            &[("DURABILITY__REPLICATION__PUT_RETRY_MS", put_retry_ms)],
+            &[
+                [("DURABILITY__REPLICATION__PUT_RETRY_MS", put_retry_ms)].as_slice(),
+                overrides,
+            ]
+            .concat(),
         );
         Self {
             server,
@@ -974,10 +1044,10 @@ impl ProxiedNode {
 // ---------------------------------------------------------------------------------------------
 
 /// A TCP proxy on 127.0.0.1 in front of the S3 server: a byte pipe per connection, which can be
-/// taken down (every connection is cut, new ones are closed at once) and can lose the answers to
-/// a share of the window PUTs (`PUT …/wal/…`): the request reaches the bucket, and the
-/// connection is cut as soon as the bucket starts answering it, so the PUT landed but its
-/// sender saw only an error.
+/// taken down (every connection is cut, new ones are closed at once), can hold the next window
+/// PUT (`PUT …/wal/…`) back until told, and can lose the answers to a share of the window PUTs:
+/// the request reaches the bucket, and the connection is cut as soon as the bucket starts
+/// answering it, so the PUT landed but its sender saw only an error.
 struct Proxy {
     addr: SocketAddr,
     state: Arc<ProxyState>,
@@ -995,6 +1065,9 @@ struct ProxyState {
     dropped: AtomicU64,
     /// Connections cut by the proxy going down.
     cut: AtomicU64,
+    /// Set to hold the next window PUT: it is not forwarded until `held` is cleared.
+    hold_next: AtomicBool,
+    held: AtomicBool,
     rng: Mutex<Option<Rng>>,
     /// Both sockets of every open connection, by number, to cut them when going down.
     live: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
@@ -1133,6 +1206,12 @@ fn forward_requests(
         let mut words = head.split_whitespace();
         let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
         if method == "put" && target.contains("/wal/") {
+            if state.hold_next.swap(false, Ordering::SeqCst) {
+                state.held.store(true, Ordering::SeqCst);
+                while state.held.load(Ordering::SeqCst) && !state.down.load(Ordering::SeqCst) {
+                    thread::sleep(Duration::from_millis(5));
+                }
+            }
             state.wal_puts.fetch_add(1, Ordering::Relaxed);
             let percent = state.drop_percent.load(Ordering::Relaxed);
             let mut rng = state.rng.lock().unwrap();
