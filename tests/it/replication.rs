@@ -7,6 +7,8 @@
 //!   manifests stay consistent;
 //! - a bucket that stops answering makes writes `unavailable` (reads keep working) until it is
 //!   back, and no write is lost or doubled;
+//! - windows stored at once are answered in order, and a copy holding a window stored after
+//!   one that never landed is set aside at the next start;
 //! - a PUT whose answer is lost after it landed is counted once;
 //! - why a manifest carries `version`: an `If-Match` rewrite with the same bytes keeps the ETag.
 
@@ -358,42 +360,18 @@ fn a_copy_holding_a_window_that_never_landed_is_set_aside_at_start() {
 fn a_window_is_answered_only_after_the_windows_before_it() {
     let node = ProxiedNode::start_with("solo", "10000", &[("DURABILITY__STORAGE__VOLUMES", "2")]);
     let (addr, proxy) = (node.server.addr, &node.proxy);
-    // Another volume than partition 0's: its committer does not wait for
-    // partition 0's group, only the stream orders them.
-    let volume = |partition: u32| fnv1a_utf16(&format!("{TOPIC}:{partition}")) % 2;
-    let other = (1..)
-        .find(|&p| volume(p) != volume(0))
-        .expect("a partition");
-    append_once(addr, 0, "before").expect("an append before the hold");
-    append_once(addr, other, "before").expect("an append before the hold");
-
-    proxy.state.hold_next.store(true, Ordering::SeqCst);
-    let first = thread::spawn(move || (append(addr, 0, "first"), Instant::now()));
-    assert!(
-        block_on(eventually(Duration::from_secs(10), async || {
-            proxy.state.held.load(Ordering::SeqCst)
-        })),
-        "the first write's window reaches the proxy"
-    );
-    let puts = proxy.state.wal_puts.load(Ordering::SeqCst);
-    let second = thread::spawn(move || (append(addr, other, "second"), Instant::now()));
-    assert!(
-        block_on(eventually(Duration::from_secs(10), async || {
-            proxy.state.wal_puts.load(Ordering::SeqCst) > puts
-        })),
-        "the second write's window is stored while the first's is held"
-    );
+    let writes = two_windows_holding_the_first(&node);
     // Time for the second window's answer to come back, had it been answered alone.
-    thread::sleep(Duration::from_millis(500));
+    thread::sleep(Duration::from_millis(300));
     assert!(
-        !second.is_finished(),
+        !writes.second.is_finished(),
         "the second write waits for the first window"
     );
     let released = Instant::now();
-    proxy.state.held.store(false, Ordering::SeqCst);
+    proxy.release();
 
-    let (first, _) = first.join().expect("the first write");
-    let (second, second_at) = second.join().expect("the second write");
+    let (first, _) = writes.first.join().expect("the first write");
+    let (second, second_at) = writes.second.join().expect("the second write");
     let (first, second) = (first.expect("answered"), second.expect("answered"));
     assert_eq!((first.0, second.0), (202, 202), "{first:?} then {second:?}");
     assert!(
@@ -401,12 +379,183 @@ fn a_window_is_answered_only_after_the_windows_before_it() {
         "answered after the window before it landed"
     );
     assert_eq!((single_offset(&first.1), single_offset(&second.1)), (1, 1));
-    for (partition, key) in [(0, "first"), (other, "second")] {
+    for (partition, key) in [(0, "first"), (other_volume_partition(), "second")] {
         assert_eq!(
             keyed_offsets(&read_all(addr, partition)),
             vec![(0, "before".to_owned()), (1, key.to_owned())]
         );
     }
+}
+
+/// The node is killed while the first of two windows stored at once is held back and the
+/// second landed: the bucket's history ends before the first, so neither write was
+/// acknowledged. At the next start the copy whose own window landed is set aside too (it
+/// holds a write beyond the history, though the window it resumes after is in the bucket),
+/// and the node serves what a node rebuilt from the bucket alone serves.
+#[test]
+fn a_copy_whose_window_landed_after_one_that_did_not_is_set_aside_at_start() {
+    let volumes = [("DURABILITY__STORAGE__VOLUMES", "2")];
+    let mut node = ProxiedNode::start_with("solo", "10000", &volumes);
+    let writes = two_windows_holding_the_first(&node);
+    node.server.kill();
+    // Cut while held: the first window never reaches the bucket.
+    node.proxy.set_down(true);
+    assert!(
+        block_on(eventually(Duration::from_secs(10), async || {
+            node.proxy.state.holding.load(Ordering::SeqCst) == 0
+        })),
+        "the held window is dropped"
+    );
+    node.proxy.release();
+    node.proxy.set_down(false);
+    for write in [writes.first, writes.second] {
+        let (answer, _) = write.join().expect("a write");
+        assert!(
+            answer.is_err(),
+            "no write is answered before the kill: {answer:?}"
+        );
+    }
+    let stored = block_on(stream_keys(&bucket_of(&node.s3), &format!("{PREFIX}/wal/")));
+    assert!(
+        !stored.contains(&writes.held) && stored.contains(&writes.landed),
+        "{} never lands, {} did: {stored:?}",
+        writes.held,
+        writes.landed
+    );
+
+    let data_dir = node._data_dir.path().to_owned();
+    node.server = start_node(&data_dir, &node.s3, &node.proxy.url(), "solo", &volumes);
+    let before = vec![(0, "before".to_owned())];
+    let partitions = [0, other_volume_partition()];
+    for partition in partitions {
+        assert_eq!(
+            keyed_offsets(&read_all(node.server.addr, partition)),
+            before,
+            "partition {partition} serves what was acknowledged, and neither held write"
+        );
+    }
+    let set_aside: BTreeSet<String> = std::fs::read_dir(&data_dir)
+        .expect("the data folder")
+        .filter_map(Result::ok)
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("set-aside"))
+        .collect();
+    assert_eq!(
+        set_aside.len(),
+        2,
+        "both copies off the history are kept aside: {set_aside:?}"
+    );
+    node.server.kill();
+
+    let rebuilt_dir = temp_dir();
+    let rebuilt = start_node(
+        rebuilt_dir.path(),
+        &node.s3,
+        &node.proxy.url(),
+        "solo",
+        &volumes,
+    );
+    for partition in partitions {
+        assert_eq!(keyed_offsets(&read_all(rebuilt.addr, partition)), before);
+    }
+}
+
+/// A partition on the other volume than partition 0's (of two): its committer does not wait
+/// for partition 0's groups, only the stream orders their windows.
+fn other_volume_partition() -> u32 {
+    let volume = |partition: u32| fnv1a_utf16(&format!("{TOPIC}:{partition}")) % 2;
+    (1..)
+        .find(|&partition| volume(partition) != volume(0))
+        .expect("a partition")
+}
+
+/// A write being answered on its own thread: its answer, and when it came.
+type Answering = thread::JoinHandle<(Result<(u16, Value), String>, Instant)>;
+
+/// Two writes on different volumes whose windows are stored at once.
+struct TwoWindows {
+    /// Its window is held back by the proxy.
+    first: Answering,
+    /// Sent once the first's window reached the proxy; its window is in the bucket.
+    second: Answering,
+    /// The keys of the first's and the second's windows.
+    held: String,
+    landed: String,
+}
+
+/// Appends "before" to partition 0 and to [`other_volume_partition`], waits for the stream to
+/// go quiet, then appends "first" to partition 0, whose window the proxy holds back, then
+/// "second" to the other, and waits until its window is stored.
+fn two_windows_holding_the_first(node: &ProxiedNode) -> TwoWindows {
+    let (addr, proxy) = (node.server.addr, &node.proxy);
+    let other = other_volume_partition();
+    append_once(addr, 0, "before").expect("an append before the hold");
+    append_once(addr, other, "before").expect("an append before the hold");
+    // Each volume indexes its records once idle, a write of its own that waits for its window
+    // (and so for the held one, were it after it): the test waits for those to be stored.
+    let mut windows = metric(addr, "durability_replica_windows_total");
+    loop {
+        thread::sleep(Duration::from_millis(300));
+        let now = metric(addr, "durability_replica_windows_total");
+        if now == windows {
+            break;
+        }
+        windows = now;
+    }
+
+    *proxy.state.hold_containing.lock().unwrap() = Some(br#"{"key":"first"}"#.to_vec());
+    let first = thread::spawn(move || (append(addr, 0, "first"), Instant::now()));
+    assert!(
+        block_on(eventually(Duration::from_secs(30), async || {
+            proxy.state.holding.load(Ordering::SeqCst) > 0
+        })),
+        "the first write's window reaches the proxy"
+    );
+    let held = {
+        let target = proxy.state.held_target.lock().unwrap();
+        let (_, key) = target
+            .as_deref()
+            .expect("a held PUT")
+            .split_once(&format!("/{PREFIX}/wal/"))
+            .expect("a window's path");
+        format!("{PREFIX}/wal/{key}")
+    };
+    let second = thread::spawn(move || (append(addr, other, "second"), Instant::now()));
+    let bucket = bucket_of(&node.s3);
+    let (mut landed, mut seen) = (None, BTreeSet::new());
+    assert!(
+        block_on(eventually(Duration::from_secs(30), async || {
+            landed = window_holding(&bucket, &held, br#"{"key":"second"}"#, &mut seen).await;
+            landed.is_some()
+        })),
+        "the second write's window is stored while the first's is held"
+    );
+    TwoWindows {
+        first,
+        second,
+        held,
+        landed: landed.expect("stored"),
+    }
+}
+
+/// The key of a window after `after` in the bucket whose bytes hold `bytes`, reading only
+/// those not `seen` yet.
+async fn window_holding(
+    bucket: &Bucket,
+    after: &str,
+    bytes: &[u8],
+    seen: &mut BTreeSet<String>,
+) -> Option<String> {
+    for key in stream_keys(bucket, &format!("{PREFIX}/wal/")).await {
+        if key.as_str() <= after || !seen.insert(key.clone()) {
+            continue;
+        }
+        let object = bucket.get_object(&key).await.expect("get a window");
+        if find(object.as_slice(), bytes).is_some() {
+            return Some(key);
+        }
+    }
+    None
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1044,8 +1193,8 @@ impl ProxiedNode {
 // ---------------------------------------------------------------------------------------------
 
 /// A TCP proxy on 127.0.0.1 in front of the S3 server: a byte pipe per connection, which can be
-/// taken down (every connection is cut, new ones are closed at once), can hold the next window
-/// PUT (`PUT …/wal/…`) back until told, and can lose the answers to a share of the window PUTs:
+/// taken down (every connection is cut, new ones are closed at once), can hold a window PUT
+/// (`PUT …/wal/…`) holding given bytes back until told, and can lose the answers to a share of the window PUTs:
 /// the request reaches the bucket, and the connection is cut as soon as the bucket starts
 /// answering it, so the PUT landed but its sender saw only an error.
 struct Proxy {
@@ -1065,9 +1214,12 @@ struct ProxyState {
     dropped: AtomicU64,
     /// Connections cut by the proxy going down.
     cut: AtomicU64,
-    /// Set to hold the next window PUT: it is not forwarded until `held` is cleared.
-    hold_next: AtomicBool,
-    held: AtomicBool,
+    /// While set, every window PUT whose body holds these bytes (its retries too) is held:
+    /// forwarded once this is cleared, dropped if the proxy goes down first. `holding` counts
+    /// the PUTs held now, `held_target` is the path of the first.
+    hold_containing: Mutex<Option<Vec<u8>>>,
+    holding: AtomicU64,
+    held_target: Mutex<Option<String>>,
     rng: Mutex<Option<Rng>>,
     /// Both sockets of every open connection, by number, to cut them when going down.
     live: Mutex<HashMap<u64, (TcpStream, TcpStream)>>,
@@ -1112,6 +1264,11 @@ impl Proxy {
 
     fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// Forwards the PUTs held, and holds no more.
+    fn release(&self) {
+        *self.state.hold_containing.lock().unwrap() = None;
     }
 
     /// Takes the proxy down (cutting every connection) or brings it back.
@@ -1203,13 +1360,26 @@ fn forward_requests(
         let length: usize = header(&head, "content-length")
             .and_then(|value| value.parse().ok())
             .unwrap_or(0);
+        let total = head_end + length;
+        while buffer.len() < total {
+            match from.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
         let mut words = head.split_whitespace();
         let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
         if method == "put" && target.contains("/wal/") {
-            if state.hold_next.swap(false, Ordering::SeqCst) {
-                state.held.store(true, Ordering::SeqCst);
-                while state.held.load(Ordering::SeqCst) && !state.down.load(Ordering::SeqCst) {
-                    thread::sleep(Duration::from_millis(5));
+            if holds(state, &buffer[head_end..total]) {
+                state
+                    .held_target
+                    .lock()
+                    .unwrap()
+                    .get_or_insert(target.to_owned());
+                let dropped = hold(state);
+                state.holding.fetch_sub(1, Ordering::SeqCst);
+                if dropped {
+                    return;
                 }
             }
             state.wal_puts.fetch_add(1, Ordering::Relaxed);
@@ -1220,18 +1390,35 @@ fn forward_requests(
                 lose_answer.store(true, Ordering::SeqCst);
             }
         }
-        let total = head_end + length;
-        while buffer.len() < total {
-            match from.read(&mut chunk) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-        }
         if to.write_all(&buffer[..total]).is_err() {
             return;
         }
         buffer.drain(..total);
     }
+}
+
+/// Whether a window PUT with `body` is to be held (it holds `hold_containing`); counted in
+/// `holding` if so.
+fn holds(state: &ProxyState, body: &[u8]) -> bool {
+    let wanted = state.hold_containing.lock().unwrap();
+    let found = wanted
+        .as_deref()
+        .is_some_and(|wanted| find(body, wanted).is_some());
+    if found {
+        state.holding.fetch_add(1, Ordering::SeqCst);
+    }
+    found
+}
+
+/// Waits until the held PUTs are released (false) or the proxy goes down (true: dropped).
+fn hold(state: &ProxyState) -> bool {
+    while state.hold_containing.lock().unwrap().is_some() {
+        if state.down.load(Ordering::SeqCst) {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(5));
+    }
+    false
 }
 
 /// Bucket to client, as bytes come; cuts the connection instead when the answer is to be lost
