@@ -6,8 +6,9 @@
 //! it commits, and records in the same transaction the window it goes to (its position, table
 //! `replica`). The committer's group commits then commit locally at once and stage the next
 //! group while the window is stored; their callers are answered, and readers see the records,
-//! only once it landed (`volume/committer.rs`). The other doors wait for the landing before
-//! they commit. So callers and readers only ever see landed state, and a copy rebuilt from the
+//! only once it landed (`volume/committer.rs`). So does the index pass, which indexes only
+//! published records (`volume/index.rs`). The other doors wait for the landing before they
+//! commit. So callers and readers only ever see landed state, and a copy rebuilt from the
 //! stream holds everything acknowledged; a file that holds a window that never landed (the
 //! node stopped first) is set aside when the node starts again (`replica/take.rs`).
 //!

@@ -90,6 +90,20 @@ pub(in crate::store) struct InFlight {
 }
 
 impl InFlight {
+    /// A write with no callers and nothing for memory, committed after the write of `last_seq`
+    /// (an index pass): the groups after it are published once it landed too.
+    fn without_callers(landing: Submitted, last_seq: i64) -> Self {
+        Self {
+            landing: Some(landing),
+            staged: StagedGroup {
+                outcomes: Vec::new(),
+                partitions: HashMap::new(),
+            },
+            group: Vec::new(),
+            last_seq,
+        }
+    }
+
     /// Whether the group wrote to partition `key`.
     pub(super) fn writes_to(&self, key: i64) -> bool {
         self.staged.partitions.contains_key(&key)
@@ -174,6 +188,7 @@ impl Shared {
         }
         let _ = self.drain_in_flight(&mut lock(&self.writer));
         let _ = self.index();
+        let _ = self.drain_in_flight(&mut lock(&self.writer));
     }
 
     /// Moves every committed page into the database file and empties the WAL, then records the
@@ -277,6 +292,46 @@ impl Shared {
                     *lock(&self.pending) = Some(PendingLanding::to_apply(landing));
                 }
                 answer_all(group, self.write_failed(err));
+            }
+        }
+    }
+
+    /// Runs `work` in one transaction not synced on its own (see [`Shared::unsynced`]) that,
+    /// on a replicated volume, commits at once and joins the groups in flight instead of
+    /// waiting for its window: for a write whose changes readers see only through what landed
+    /// already.
+    pub(super) fn commit_unsynced_in_flight(
+        &self,
+        writer: &mut Writer,
+        work: impl FnOnce(&Transaction<'_>) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
+        let Writer {
+            conn,
+            in_flight,
+            last_seq,
+            ..
+        } = writer;
+        conn.pragma_update(None, "synchronous", "OFF")?;
+        // Set once the changes are handed to the stream: they may land even if the commit fails.
+        let mut landing = None;
+        let committed = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            work(&tx)?;
+            landing = self.submit(&tx)?;
+            Ok::<_, StoreError>(tx.commit()?)
+        })();
+        conn.pragma_update(None, "synchronous", self.sync.pragma())?;
+        match (committed, landing) {
+            (Ok(()), Some(landing)) => {
+                in_flight.push_back(InFlight::without_callers(landing, *last_seq));
+                Ok(())
+            }
+            (Ok(()), None) => Ok(()),
+            (Err(err), landing) => {
+                if let Some(landing) = landing {
+                    *lock(&self.pending) = Some(PendingLanding::to_apply(landing));
+                }
+                Err(err)
             }
         }
     }
@@ -841,6 +896,40 @@ mod replicated {
         assert_eq!(offsets(first_answer.recv().unwrap()), [0, 1]);
         assert_eq!(offsets(second_answer.recv().unwrap()), [0, 2]);
         assert_eq!(orders.0.get().next_offset, 3);
+    }
+
+    /// An index pass does not wait for its window: the next group commits while it is stored,
+    /// and is answered once both landed.
+    #[test]
+    fn an_index_pass_joins_the_groups_in_flight() {
+        let fixture = replicated_volume(Duration::from_secs(2));
+        let shared = fixture.volume.shared();
+        let orders = partition(&fixture.volume, "orders");
+        let (first, first_answer, _) = share(&orders, vec![NewRecord::keyed("k", "1")]);
+        commit(&fixture.volume, vec![first]);
+        assert_eq!(offsets(first_answer.recv().unwrap()), [0]);
+
+        fixture.stream.hold.store(true, Ordering::SeqCst);
+        shared
+            .index()
+            .expect("an index pass answers before its window lands");
+        let indexed: i64 = lock(&shared.writer)
+            .conn
+            .query_row("SELECT COUNT(*) FROM record_index", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(indexed, 1, "committed locally");
+        let (second, second_answer, second_committed) = share(
+            &orders,
+            vec![NewRecord::keyed("k", "again"), NewRecord::new("2")],
+        );
+        commit(&fixture.volume, vec![second]);
+        assert!(second_committed.load(Ordering::SeqCst));
+        assert!(second_answer.try_recv().is_err(), "answered before landing");
+
+        fixture.stream.answer_all(None);
+        shared.settle_landing(&mut lock(&shared.writer)).unwrap();
+        assert_eq!(offsets(second_answer.recv().unwrap()), [0, 1]);
+        assert_eq!(orders.0.get().next_offset, 2);
     }
 
     /// A landing not known by its deadline answers its callers unavailable, and the volume

@@ -48,7 +48,9 @@ impl Shared {
 
     /// Indexes every record committed since the last index pass, then forgets them from the
     /// in-memory index. Not synced on its own: the indexes can be rebuilt from the records, and
-    /// the next durable commit syncs them.
+    /// the next durable commit syncs them. On a replicated volume it does not wait for its
+    /// window: it indexes only published records, so readers find nothing through it that
+    /// has not landed, and it joins the groups in flight (see `committer.rs`).
     pub(in crate::store) fn index(&self) -> Result<(), StoreError> {
         let mut writer = lock(&self.writer);
         self.index_locked(&mut writer)
@@ -61,7 +63,7 @@ impl Shared {
         if last <= through || self.damaged.get().is_some() {
             return Ok(());
         }
-        let result = self.unsynced(&mut writer.conn, |tx| {
+        let result = self.commit_unsynced_in_flight(writer, |tx| {
             tx.prepare_cached(
                 "INSERT OR REPLACE INTO record_index (partition, offset, seq)
                  SELECT partition, offset, seq FROM records WHERE seq > ?1 AND seq <= ?2",
