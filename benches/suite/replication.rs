@@ -362,10 +362,11 @@ fn restore(binary: &Path, dir: &Path, s3: Bucket, records: u64, payload: &str) -
     while next_offset(address) < records {
         external::wrk(&url, 16, &hundred, Duration::from_secs(5));
     }
-    // wrk stops with requests in flight: what they write lands a moment later.
+    // wrk stops with requests in flight: what they write lands a moment later, or, when the
+    // S3 test server is busy taking a snapshot, up to a second or so later.
     let mut written = next_offset(address);
     loop {
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(Duration::from_secs(2));
         let now = next_offset(address);
         if now == written {
             break;
