@@ -3,8 +3,8 @@
 //! cuts the bucket off or loses its answers.
 //!
 //! - a second node on the bucket serves everything the first acknowledged, fences the first
-//!   (whose writes answer `503 unavailable` from then on), and the bucket's streams and
-//!   manifests stay consistent;
+//!   (whose writes answer `503 unavailable` from then on, the one whose PUT was in flight while
+//!   it was paused too), and the bucket's streams and manifests stay consistent;
 //! - a bucket that stops answering makes writes `unavailable` (reads keep working) until it is
 //!   back, and no write is lost or doubled;
 //! - windows stored at once are answered in order, and a copy holding a window stored after
@@ -187,6 +187,59 @@ fn a_second_server_on_the_bucket_fences_the_first() {
         audit.streams[&("a".to_owned(), 1)].fenced_at
     );
     drop((a, b));
+}
+
+/// Node A is stopped (SIGSTOP) with a window PUT in flight (held by its proxy); node B takes
+/// the volumes meanwhile, sealing A's stream at that window's seq. Resumed, A's PUT meets the
+/// fence: the write is answered `503 unavailable`, never `202`, and neither node serves it.
+#[test]
+fn a_writer_paused_with_a_put_in_flight_is_fenced_when_it_resumes() {
+    let a = ProxiedNode::start("a", "30000");
+    let acknowledged: Vec<(u64, String)> = (0..3)
+        .map(|n| {
+            let key = format!("before-{n}");
+            let offset = append_once(a.server.addr, 0, &key).expect("an append before the pause");
+            (offset, key)
+        })
+        .collect();
+    *a.proxy.state.hold_containing.lock().unwrap() = Some(br#"{"key":"paused"}"#.to_vec());
+    let addr = a.server.addr;
+    let paused = thread::spawn(move || append(addr, 0, "paused"));
+    let proxy = &a.proxy;
+    assert!(
+        block_on(eventually(Duration::from_secs(30), async || {
+            proxy.state.holding.load(Ordering::SeqCst) > 0
+        })),
+        "the write's window reaches the proxy"
+    );
+    a.server.signal("STOP");
+
+    let dir_b = temp_dir();
+    let b = start_node(dir_b.path(), &a.s3, &a.s3.endpoint, "b", &[]);
+    assert_eq!(
+        keyed_offsets(&read_all(b.addr, 0)),
+        acknowledged,
+        "B serves what A acknowledged, and not the write in flight"
+    );
+
+    a.server.signal("CONT");
+    a.proxy.release();
+    let answer = paused.join().expect("the paused write").expect("A answers");
+    assert_eq!(
+        (answer.0, error_code(&answer.1)),
+        (503, Some("unavailable")),
+        "the write in flight is refused once A meets the fence: {answer:?}"
+    );
+    assert_eq!(
+        metric(a.server.addr, "durability_replica_fenced"),
+        Some(1.0)
+    );
+    assert_eq!(keyed_offsets(&read_all(b.addr, 0)), acknowledged);
+    let audit = block_on(audit_bucket(&a.s3));
+    assert!(
+        audit.streams[&("a".to_owned(), 1)].fenced_at.is_some(),
+        "A's stream ends with a fence"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -929,8 +982,13 @@ struct StreamAudit {
     fenced_at: Option<u64>,
 }
 
+/// The nodes' `replication.max_puts_in_flight` (the default): a stream sealed at a window it
+/// was storing may hold the windows stored at once with it after its fence.
+const PUTS_IN_FLIGHT: u64 = 2;
+
 /// Lists every replica object and checks the invariants that hold whatever happened: each
-/// stream's seqs run from 0 without a gap, a fence is its last object, each window's header
+/// stream's seqs run from 0 without a gap up to its fence, after which only windows stored at
+/// once with the one it took the place of may follow, each window's header
 /// names its own place, and each manifest's epoch is at least every epoch its volume's windows
 /// were written with.
 async fn audit_bucket(s3: &S3Settings) -> Audit {
@@ -971,21 +1029,28 @@ async fn audit_bucket(s3: &S3Settings) -> Audit {
     // The largest epoch each volume's windows were written with.
     let mut epochs: BTreeMap<u64, u64> = BTreeMap::new();
     for ((node, inc), seqs) in &seqs {
-        let expected: BTreeSet<u64> = (0..seqs.len() as u64).collect();
-        assert_eq!(
-            seqs, &expected,
-            "stream {node}/{inc}: seqs run from 0 without a gap"
-        );
         let mut fenced_at = None;
         let mut windows = 0;
-        for &seq in seqs {
+        for (expected, &seq) in seqs.iter().enumerate() {
             let key = format!("{PREFIX}/wal/{node}/{inc:010}/{seq:016}");
             let response = bucket
                 .get_object(&key)
                 .await
                 .unwrap_or_else(|err| panic!("GET {key}: {err}"));
             let bytes = response.to_vec();
-            assert_eq!(fenced_at, None, "{key}: an object after the stream's fence");
+            if let Some(fence) = fenced_at {
+                // Stored at once with the window the fence took the place of, and on no
+                // history: its writes were never acknowledged.
+                assert!(
+                    seq < fence + PUTS_IN_FLIGHT && !bytes.starts_with(b"DURABILITY-FENCE-1\n"),
+                    "{key}: an object after the stream's fence at {fence}"
+                );
+                continue;
+            }
+            assert_eq!(
+                seq, expected as u64,
+                "stream {node}/{inc}: seqs run from 0 without a gap up to its fence"
+            );
             if bytes.starts_with(b"DURABILITY-FENCE-1\n") {
                 fenced_at = Some(seq);
                 continue;

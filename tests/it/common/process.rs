@@ -91,6 +91,16 @@ impl Server {
         Self { child, addr }
     }
 
+    /// Sends signal `name` (`STOP`, `CONT`, ...) to the process.
+    pub fn signal(&self, name: &str) {
+        let sent = std::process::Command::new("kill")
+            .arg(format!("-{name}"))
+            .arg(self.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(sent.success(), "kill -{name} {}", self.child.id());
+    }
+
     /// SIGKILL, and reap the process.
     pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL the server");
