@@ -16,6 +16,50 @@ impl Drop for Running {
     }
 }
 
+/// CPU time a process spent, in seconds: in user space and in the kernel.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Cpu {
+    pub user: f64,
+    pub system: f64,
+}
+
+impl Cpu {
+    pub fn total(self) -> f64 {
+        self.user + self.system
+    }
+
+    /// What was spent since `earlier`.
+    pub fn since(self, earlier: Cpu) -> Cpu {
+        Cpu {
+            user: self.user - earlier.user,
+            system: self.system - earlier.system,
+        }
+    }
+}
+
+/// Process `pid`'s CPU time so far (`utime` and `stime` of `/proc/PID/stat`).
+pub fn cpu(pid: u32) -> Cpu {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The command name (field 2) may hold spaces: count fields after its closing parenthesis,
+    // where field 3 (state) is the first; utime and stime are fields 14 and 15.
+    let after_name = &stat[stat.rfind(')').unwrap() + 1..];
+    let mut fields = after_name
+        .split_whitespace()
+        .skip(11)
+        .map(|field| field.parse::<f64>().unwrap() / clock_ticks_per_second());
+    Cpu {
+        user: fields.next().unwrap(),
+        system: fields.next().unwrap(),
+    }
+}
+
+/// Clock ticks per second of `/proc/PID/stat` times (`getconf CLK_TCK`, 100 on Linux).
+fn clock_ticks_per_second() -> f64 {
+    // SAFETY: sysconf reads a constant of the system; it has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    if ticks > 0 { ticks as f64 } else { 100.0 }
+}
+
 /// Whether `program` can be run.
 pub fn installed(program: &str) -> bool {
     Command::new("sh")
@@ -34,7 +78,7 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-fn wait_for(address: SocketAddr) {
+pub fn wait_for(address: SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(address).is_err() {
         assert!(Instant::now() < deadline, "nothing listens on {address}");
@@ -81,7 +125,7 @@ pub fn redis_xadd(
     run_redis_benchmark(port, clients, pipeline, requests, value)
 }
 
-fn run_redis_benchmark(
+pub fn run_redis_benchmark(
     port: u16,
     clients: usize,
     pipeline: usize,
@@ -149,6 +193,8 @@ pub fn next_offset(address: SocketAddr) -> u64 {
 
 /// What `wrk` measured.
 pub struct Wrk {
+    /// Requests answered in the whole run.
+    pub requests: u64,
     pub requests_per_second: f64,
     /// Latency percentiles of the answers (ms).
     pub p50_ms: f64,
@@ -195,7 +241,14 @@ pub fn wrk(url: &str, connections: usize, script: &Path, budget: Duration) -> Wr
         .find_map(|line| line.strip_prefix("Requests/sec:"))
         .and_then(|value| value.trim().parse().ok())
         .unwrap_or_else(|| panic!("unexpected wrk output:\n{text}"));
+    // `  12345 requests in 3.00s, 1.23MB read`
+    let requests = text
+        .lines()
+        .find_map(|line| line.trim().split_once(" requests in "))
+        .and_then(|(count, _)| count.parse().ok())
+        .unwrap_or_else(|| panic!("no request count in wrk output:\n{text}"));
     Wrk {
+        requests,
         requests_per_second,
         p50_ms: percentile(&text, "50%"),
         p99_ms: percentile(&text, "99%"),

@@ -3,18 +3,20 @@
 //! durability) and the peer (Redis Streams `XADD` with `appendfsync always`).
 //!
 //! Run it with `scripts/bench`, which installs Redis, wrk and matplotlib, builds the server and
-//! draws the plots. Directly: `cargo bench --bench suite -- [--server PATH] [--out DIR]
-//! [--seconds N] [--quick] [--only SECTION] [--million-partitions N] [--million-idle-seconds S]`.
+//! draws the plots. Directly: `cargo bench --bench suite -- [--server PATH] [--floor PATH]
+//! [--out DIR] [--seconds N] [--quick] [--only SECTION] [--million-partitions N] [--million-idle-seconds S]`.
 //! Without `--server` (or without wrk / redis-server installed) the HTTP (or Redis) rows are
 //! left out. `--quick` grows the partition to 10⁶ records instead of 10⁷ for the cost-growth
 //! rows, and writes 10⁵ partitions instead of 10⁶, idle 60 s instead of 300, in the million
 //! section, and 10⁴ quiet partitions instead of 10⁵ in the replication section. `--only` runs
-//! one section: `throughput` (which latency needs), `cold`, `partitions` (needs `--server`),
+//! one section: `throughput` (which latency needs), `cpu` (needs `--server`; `--floor`, the
+//! `http_floor` example, adds the framework's floor), `cold`, `partitions` (needs `--server`),
 //! `scale`, `million` (needs `--server`) or `replication` (needs `--server`, and starts
 //! `scripts/s3-server`). Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only` of
-//! a section with a heading of its own (`scale`, `partitions`, `million`, `replication`)
+//! a section with a heading of its own (`cpu`, `scale`, `partitions`, `million`, `replication`)
 //! replaces only that section of them.
 
+mod cpu;
 mod embedded;
 mod external;
 mod latency;
@@ -37,6 +39,8 @@ const PARTITIONS: [u32; 4] = [1, 8, 64, 1024];
 
 struct Args {
     server: Option<PathBuf>,
+    /// The framework's floor (`examples/http_floor.rs`), for the CPU-per-request section.
+    floor: Option<PathBuf>,
     out: PathBuf,
     seconds: f64,
     quick: bool,
@@ -51,6 +55,7 @@ impl Args {
     fn parse() -> Self {
         let mut args = Self {
             server: None,
+            floor: None,
             out: PathBuf::from("docs"),
             seconds: 3.0,
             quick: false,
@@ -62,6 +67,7 @@ impl Args {
         while let Some(arg) = given.next() {
             match arg.as_str() {
                 "--server" => args.server = given.next().map(PathBuf::from),
+                "--floor" => args.floor = given.next().map(PathBuf::from),
                 "--out" => args.out = given.next().map(PathBuf::from).expect("--out DIR"),
                 "--seconds" => {
                     args.seconds = given
@@ -184,6 +190,16 @@ fn main() {
         let path = "/topics/bench/partitions/0/records";
         let measured = latency::http(address, path, &body, 64, rate, budget * 2);
         report.add_latency("HTTP single-record POST", rate, measured);
+    }
+
+    if let Some(binary) = server.as_ref().filter(|_| args.runs("cpu")) {
+        report.cpu = Some(cpu::run(
+            binary,
+            args.floor.as_deref(),
+            &dir("cpu"),
+            &payload,
+            budget,
+        ));
     }
 
     if args.runs("cold") {

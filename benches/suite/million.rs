@@ -13,7 +13,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::external::{Running, free_port};
+use crate::external::{self, Running, free_port};
 use crate::partitions::{Client, Peaks, process};
 use crate::report::thousands;
 
@@ -478,7 +478,7 @@ fn nearly_idle(
     let mut random = 0x9E37_79B9_7F4A_7C15_u64;
     let mut latencies = Vec::new();
     let mut errors = 0;
-    let cpu_before = cpu_ticks(pid);
+    let cpu_before = external::cpu(pid);
     let started = Instant::now();
     let mut due = started;
     while due < started + length {
@@ -505,7 +505,7 @@ fn nearly_idle(
     // The wall time is the whole stretch, the idle end after the last append included.
     std::thread::sleep((started + length).saturating_duration_since(Instant::now()));
     let wall = started.elapsed().as_secs_f64();
-    let cpu_seconds = (cpu_ticks(pid) - cpu_before) as f64 / clock_ticks_per_second();
+    let cpu_seconds = external::cpu(pid).since(cpu_before).total();
     latencies.sort_by(f64::total_cmp);
     fsyncs.sort_by(f64::total_cmp);
     let at = |sorted: &[f64], q: f64| sorted[((sorted.len() - 1) as f64 * q) as usize];
@@ -522,28 +522,6 @@ fn nearly_idle(
         fsync_max_ms: at(&fsyncs, 1.0),
         rss_mib: process(pid).2,
     }
-}
-
-/// The process's user + system CPU time so far, in clock ticks (`/proc/PID/stat`).
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    // The command name (field 2) may hold spaces: count fields after its closing parenthesis,
-    // where field 3 (state) is the first; utime and stime are fields 14 and 15.
-    let after_name = &stat[stat.rfind(')').unwrap() + 1..];
-    let fields: Vec<u64> = after_name
-        .split_whitespace()
-        .skip(11)
-        .take(2)
-        .map(|field| field.parse().unwrap())
-        .collect();
-    fields.iter().sum()
-}
-
-/// Clock ticks per second of `/proc/PID/stat` times (`getconf CLK_TCK`, 100 on Linux).
-fn clock_ticks_per_second() -> f64 {
-    // SAFETY: sysconf reads a constant of the system; it has no preconditions.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    if ticks > 0 { ticks as f64 } else { 100.0 }
 }
 
 /// The soft open-file limit of process `pid` (`/proc/PID/limits`), 0 if unreadable.

@@ -87,6 +87,8 @@ pub struct Report {
     pub million: Option<Million>,
     /// Replication to object storage, through the server.
     pub replication: Option<crate::replication::Replication>,
+    /// The server's CPU per HTTP request, next to the framework's floor.
+    pub cpu: Option<crate::cpu::CpuPerRequest>,
 }
 
 fn ratio(value: f64, base: Option<f64>) -> Option<f64> {
@@ -105,6 +107,7 @@ impl Report {
             round_robin: None,
             million: None,
             replication: None,
+            cpu: None,
         }
     }
 
@@ -400,6 +403,7 @@ impl Report {
             );
         }
         let _ = writeln!(md, "\n![latency](bench/latency.png)\n");
+        self.cpu_markdown(&mut md);
 
         let _ = writeln!(md, "## Cost growth\n");
         let _ = writeln!(
@@ -510,6 +514,65 @@ impl Report {
         }
         let _ = writeln!(md, "\n![replication](bench/replication.png)\n");
         replication_goals(r, md);
+    }
+
+    /// The CPU-per-request section: the server's CPU time per HTTP request, user and system,
+    /// next to the framework's floor for the same request.
+    fn cpu_markdown(&self, md: &mut String) {
+        let Some(c) = &self.cpu else {
+            return;
+        };
+        let _ = writeln!(md, "## CPU per request\n");
+        let _ = writeln!(
+            md,
+            "The server's own CPU time (user and system, from `/proc/PID/stat`) per request \
+             answered under `wrk`, 100 B records, `sync = full` (median of three runs), next to \
+             the framework's floor: actix-web parsing the same body and answering without \
+             storing it (`examples/http_floor.rs`), in the same run. Steadier than requests per \
+             second on a shared machine.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| request | requests/s | CPU per request | user / system | floor | vs floor |\n\
+             |---|---|---|---|---|---|"
+        );
+        for cost in &c.server {
+            let floor = c.floor_of(cost.what);
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.1} µs | {:.1} / {:.1} µs | {} | {} |",
+                cost.what,
+                thousands(cost.requests_per_second),
+                cost.total_us(),
+                cost.user_us,
+                cost.system_us,
+                floor.map_or("-".into(), |f| format!("{:.1} µs", f.total_us())),
+                floor.map_or("-".into(), |f| format!(
+                    "{:.2}×",
+                    cost.total_us() / f.total_us()
+                )),
+            );
+        }
+        if let Some(redis) = &c.redis {
+            let _ = writeln!(
+                md,
+                "| {} (the peer) | {} | {:.1} µs | {:.1} / {:.1} µs | - | - |",
+                redis.what,
+                thousands(redis.requests_per_second),
+                redis.total_us(),
+                redis.user_us,
+                redis.system_us
+            );
+            if let Some(single) = c.server.first() {
+                let _ = writeln!(
+                    md,
+                    "\nA single-record POST costs {:.2}× what `redis-server` spends per durable \
+                     `XADD`.",
+                    single.total_us() / redis.total_us()
+                );
+            }
+        }
+        let _ = writeln!(md);
     }
 
     /// The many-partitions section: distinct partitions written once each through the server.
@@ -773,6 +836,19 @@ impl Report {
             })).collect::<Vec<_>>(),
             "round_robin": self.round_robin.map(|(partitions, rate)| json!({"partitions": partitions, "rate": rate})),
             "million": self.million.as_ref().map(million_json),
+            "cpu": self.cpu.as_ref().map(|c| {
+                let costs = |costs: &[crate::cpu::Cost]| costs.iter().map(|cost| json!({
+                    "what": cost.what,
+                    "requests_per_second": cost.requests_per_second,
+                    "user_us": cost.user_us,
+                    "system_us": cost.system_us,
+                })).collect::<Vec<_>>();
+                json!({
+                    "server": costs(&c.server),
+                    "floor": costs(&c.floor),
+                    "redis": costs(c.redis.as_slice()),
+                })
+            }),
             "replication": self.replication.as_ref().map(|r| json!({
                 "put_ms": [r.put_ms.0, r.put_ms.1],
                 "linger_ms": r.linger_ms,
@@ -809,6 +885,7 @@ fn own_heading(section: &str) -> Option<&'static str> {
         "partitions" => Some("## Many partitions"),
         "million" => Some("## A million partitions"),
         "replication" => Some("## Replication"),
+        "cpu" => Some("## CPU per request"),
         _ => None,
     }
 }
@@ -822,9 +899,12 @@ fn replace_section(old: &str, new: &str, heading: &str) -> String {
             .map_or(text.len(), |at| start + heading.len() + at + 1);
         Some((start, end))
     };
-    let (Some((old_start, old_end)), Some((new_start, new_end))) = (section(old), section(new))
-    else {
-        return new.to_owned();
+    let Some((new_start, new_end)) = section(new) else {
+        return old.to_owned();
+    };
+    let Some((old_start, old_end)) = section(old) else {
+        // A section the file does not have yet: added at its end.
+        return format!("{}\n\n{}", old.trim_end(), &new[new_start..new_end]);
     };
     format!(
         "{}{}{}",
