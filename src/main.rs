@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use actix_web::middleware::Logger;
+use actix_web::middleware::{Condition, Logger};
 use actix_web::{App, HttpServer};
 use clap::Parser;
 use durability::{Config, Log, http};
@@ -176,9 +176,15 @@ async fn serve(config: Config) -> std::io::Result<()> {
     let served = log.clone();
     // One set of metrics for every worker, so a scrape sees the whole server.
     let metrics = http::metrics::Metrics::for_log(&log);
+    // Without an access log the middleware is left out: it renders each request's line parts
+    // before knowing that nothing will be written.
+    let access_log = log::log_enabled!(target: ACCESS_LOG_TARGET, log::Level::Info);
     let server = HttpServer::new(move || {
         App::new()
-            .wrap(Logger::new(ACCESS_LOG_FORMAT).log_target(ACCESS_LOG_TARGET))
+            .wrap(Condition::new(
+                access_log,
+                Logger::new(ACCESS_LOG_FORMAT).log_target(ACCESS_LOG_TARGET),
+            ))
             .configure(http::service_with_metrics(served.clone(), metrics.clone()))
     })
     .bind(&config.server.bind)
