@@ -306,6 +306,9 @@ impl Report {
             markdown = replace_section(&old_md, &markdown, heading);
             json = keep_unmeasured(serde_json::from_str(&old_json).unwrap_or_default(), json);
         }
+        if let Ok(old_md) = std::fs::read_to_string(&md_path) {
+            markdown = keep_hand_written(&old_md, markdown);
+        }
         std::fs::create_dir_all(out.join("bench")).unwrap();
         std::fs::write(md_path, &markdown).unwrap();
         std::fs::write(json_path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
@@ -890,15 +893,33 @@ fn own_heading(section: &str) -> Option<&'static str> {
     }
 }
 
+/// Sections of `BENCHMARKS.md` written by hand, not by the suite: every run keeps them.
+const HAND_WRITTEN: [&str; 1] = ["## CPU per request: what each change gave"];
+
+/// Where the section under `heading` (up to the next `## `) lies in `text`.
+fn section_span(text: &str, heading: &str) -> Option<(usize, usize)> {
+    let start = text.find(&format!("{heading}\n"))?;
+    let end = text[start + heading.len()..]
+        .find("\n## ")
+        .map_or(text.len(), |at| start + heading.len() + at + 1);
+    Some((start, end))
+}
+
+/// `new`, with the hand-written sections of `old` it lacks added at its end.
+fn keep_hand_written(old: &str, mut new: String) -> String {
+    for heading in HAND_WRITTEN {
+        if let (Some((start, end)), None) =
+            (section_span(old, heading), section_span(&new, heading))
+        {
+            new = format!("{}\n\n{}", new.trim_end(), &old[start..end]);
+        }
+    }
+    new
+}
+
 /// `old` with its section under `heading` (up to the next `## `) taken from `new`.
 fn replace_section(old: &str, new: &str, heading: &str) -> String {
-    let section = |text: &str| -> Option<(usize, usize)> {
-        let start = text.find(&format!("{heading}\n"))?;
-        let end = text[start + heading.len()..]
-            .find("\n## ")
-            .map_or(text.len(), |at| start + heading.len() + at + 1);
-        Some((start, end))
-    };
+    let section = |text: &str| section_span(text, heading);
     let Some((new_start, new_end)) = section(new) else {
         return old.to_owned();
     };
