@@ -36,23 +36,13 @@ pub struct CpuPerRequest {
     pub redis: Option<Cost>,
 }
 
-/// Runs `wrk` three times against `pid`'s server and keeps the run of median CPU per request.
-fn measure(
-    what: &'static str,
-    pid: u32,
-    url: &str,
-    connections: usize,
-    script: &Path,
-    budget: Duration,
-) -> Cost {
+/// Runs `run` three times, each answering how many requests it got answered and at what
+/// rate, and keeps the run of median CPU per request of process `pid`.
+fn median_cost(what: &'static str, pid: u32, mut run: impl FnMut() -> (u64, f64)) -> Cost {
     let mut runs: Vec<Cost> = (0..3)
         .map(|_| {
             let before = external::cpu(pid);
-            let Wrk {
-                requests,
-                requests_per_second,
-                ..
-            } = external::wrk(url, connections, script, budget);
+            let (requests, requests_per_second) = run();
             let spent = external::cpu(pid).since(before);
             let per_request = |seconds: f64| seconds * 1e6 / requests.max(1) as f64;
             Cost {
@@ -75,34 +65,48 @@ fn measure(
     median
 }
 
-/// `redis-server`'s CPU per `XADD` of `value` from 50 clients, one command in flight each: the
-/// run of median cost of three, each sized to last about `budget`.
+/// [`median_cost`] of `wrk` with `connections` running `script` against `url`.
+fn measure(
+    what: &'static str,
+    pid: u32,
+    url: &str,
+    connections: usize,
+    script: &Path,
+    budget: Duration,
+) -> Cost {
+    median_cost(what, pid, || {
+        let Wrk {
+            requests,
+            requests_per_second,
+            ..
+        } = external::wrk(url, connections, script, budget);
+        (requests, requests_per_second)
+    })
+}
+
+/// The POSTs measured against both the server and the floor: single records from 64
+/// connections, 100 records from 16.
+fn posts(pid: u32, url: &str, (single, hundred): (&Path, &Path), budget: Duration) -> Vec<Cost> {
+    vec![
+        measure("single-record POST, 64 conn.", pid, url, 64, single, budget),
+        measure("100-record POST, 16 conn.", pid, url, 16, hundred, budget),
+    ]
+}
+
+/// `redis-server`'s CPU per `XADD` of `value` from 50 clients, one command in flight each,
+/// each run sized to last about `budget`.
 fn redis_xadd(dir: &Path, value: &str, budget: Duration) -> Cost {
     let (running, port) = external::redis(dir);
-    let pid = running.0.id();
     let probe = external::run_redis_benchmark(port, 50, 1, 20_000, value);
     let requests = ((probe * budget.as_secs_f64()) as usize).max(20_000);
-    let mut runs: Vec<Cost> = (0..3)
-        .map(|_| {
-            let before = external::cpu(pid);
-            let requests_per_second = external::run_redis_benchmark(port, 50, 1, requests, value);
-            let spent = external::cpu(pid).since(before);
-            Cost {
-                what: "Redis XADD, appendfsync always, 50 clients",
-                requests_per_second,
-                user_us: spent.user * 1e6 / requests as f64,
-                system_us: spent.system * 1e6 / requests as f64,
-            }
-        })
-        .collect();
-    runs.sort_by(|a, b| a.total_us().total_cmp(&b.total_us()));
-    let median = runs.swap_remove(1);
-    eprintln!(
-        "  redis-server per XADD: {:.1} µs CPU ({:.0}/s)",
-        median.total_us(),
-        median.requests_per_second
-    );
-    median
+    median_cost(
+        "Redis XADD, appendfsync always, 50 clients",
+        running.0.id(),
+        || {
+            let rate = external::run_redis_benchmark(port, 50, 1, requests, value);
+            (requests as u64, rate)
+        },
+    )
 }
 
 /// Starts the floor binary on a free port.
@@ -131,19 +135,10 @@ pub fn run(
     let (single, hundred) = external::append_scripts(dir, payload);
     let mut section = CpuPerRequest::default();
 
+    let scripts = (single.as_path(), hundred.as_path());
     let (running, address) = external::server(server, dir);
     let (pid, url) = (running.0.id(), format!("http://{address}{path}"));
-    section.server = vec![
-        measure(
-            "single-record POST, 64 conn.",
-            pid,
-            &url,
-            64,
-            &single,
-            budget,
-        ),
-        measure("100-record POST, 16 conn.", pid, &url, 16, &hundred, budget),
-    ];
+    section.server = posts(pid, &url, scripts, budget);
     let reads = external::read_script(dir, path, external::next_offset(address));
     section.server.push(measure(
         "read of a page of 100, 16 conn.",
@@ -157,18 +152,8 @@ pub fn run(
 
     if let Some(floor) = floor {
         let (running, address) = floor_server(floor);
-        let (pid, url) = (running.0.id(), format!("http://{address}{path}"));
-        section.floor = vec![
-            measure(
-                "single-record POST, 64 conn.",
-                pid,
-                &url,
-                64,
-                &single,
-                budget,
-            ),
-            measure("100-record POST, 16 conn.", pid, &url, 16, &hundred, budget),
-        ];
+        let url = format!("http://{address}{path}");
+        section.floor = posts(running.0.id(), &url, scripts, budget);
     }
     if external::installed("redis-server") && external::installed("redis-benchmark") {
         let value = payload.trim_matches('"');
