@@ -44,6 +44,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use actix_web::http::StatusCode;
+
 use prometheus::core::Collector;
 use prometheus::{
     HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
@@ -259,10 +261,10 @@ impl Metrics {
 
     /// Records how long a request took. `route` is the matched route pattern
     /// (`/topics/{topic}`), never the raw path, so topic names do not multiply the series.
-    pub fn request(&self, method: &str, route: &str, status: u16, elapsed: Duration) {
+    pub fn request(&self, method: &str, route: &str, status: StatusCode, elapsed: Duration) {
         self.inner
             .request_duration
-            .with_label_values(&[method, route, &status.to_string()])
+            .with_label_values(&[method, route, status.as_str()])
             .observe(elapsed.as_secs_f64());
     }
 
@@ -591,7 +593,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
-    use super::{GroupPosition, LONG_BUCKETS, Metrics, PartitionCounters};
+    use super::{GroupPosition, LONG_BUCKETS, Metrics, PartitionCounters, StatusCode};
     use crate::config::MAX_WAIT_MS;
     use crate::log::ColdFlushCounters;
     use crate::names::PartitionId;
@@ -608,7 +610,12 @@ mod tests {
         );
         metrics.appended("events", 3, 42);
         metrics.records_read("events", 2);
-        metrics.request("GET", "/topics/{topic}", 200, Duration::from_millis(3));
+        metrics.request(
+            "GET",
+            "/topics/{topic}",
+            StatusCode::OK,
+            Duration::from_millis(3),
+        );
         metrics.inner.groups.update(
             PartitionId::new("events", 0).unwrap(),
             vec![GroupPosition {
@@ -708,7 +715,12 @@ mod tests {
             Arc::default(),
             100,
         );
-        metrics.request("GET", "/poll", 200, Duration::from_millis(MAX_WAIT_MS + 50));
+        metrics.request(
+            "GET",
+            "/poll",
+            StatusCode::OK,
+            Duration::from_millis(MAX_WAIT_MS + 50),
+        );
         let text = metrics.render();
         let finite_hit = text.lines().any(|line| {
             line.starts_with("durability_http_request_duration_seconds_bucket")
