@@ -207,8 +207,12 @@ impl Log {
         PartitionActor: actix::Handler<M>,
     {
         for _ in 0..STOPPED_RETRIES {
-            let Some(partition) = self.locate(id, create).await? else {
-                return Ok(None);
+            let partition = match self.locate(id, create).await {
+                Ok(Some(partition)) => partition,
+                Ok(None) => return Ok(None),
+                // It closed again while the registry waited for its previous close.
+                Err(Error::PartitionStopped) => continue,
+                Err(err) => return Err(err),
             };
             match partition.send(message.clone()).await {
                 Ok(Err(Error::PartitionStopped)) | Err(MailboxError::Closed) => {

@@ -5,7 +5,8 @@
 //! the arbiter that started the log (message passing with producers on that event loop costs
 //! no thread switch) and owns no thread: appends go to its volume's committer thread, which
 //! commits the appends of every partition of the volume in one transaction (group commit, see
-//! `docs/append-pipeline.md`); other blocking work (cursor commits, leases, retention) runs on one
+//! `docs/append-pipeline.md`); [`Log`](crate::Log)'s appends go there without passing through
+//! the actor's event loop, by its [`Appender`], which the actor opens and closes; other blocking work (cursor commits, leases, retention) runs on one
 //! of a fixed set of worker threads shared by every partition (`[storage] workers`), so a blocking
 //! fsync never stalls the event loop. Hot reads are the exception: one short query on a pooled WAL
 //! reader, which never waits for a commit, they run on the event loop (see [`Read`]). Retention
@@ -38,6 +39,7 @@ pub use consume::{Commit, DeleteCursor, GetCursor, ListCursors, Read};
 pub use leases::{Ack, ClaimLease, Extend, ListLeases, Nack};
 pub use operations::{ForgetColdBefore, GetBounds, GetLoad, RunRetention, Trim};
 pub use produce::{Append, Appended, Enqueue};
+pub(crate) use produce::{Appender, GetAppender};
 
 use crate::error::Error;
 use crate::load::LoadObserver;
@@ -145,6 +147,12 @@ impl Usage {
         self.last_used.load(Ordering::Relaxed)
     }
 
+    /// How long ago the partition was last used.
+    fn idle_for(&self) -> Duration {
+        let now = Self::epoch().elapsed().as_millis() as u64;
+        Duration::from_millis(now.saturating_sub(self.last_used()))
+    }
+
     /// Counts something in flight until the returned guard is dropped: the partition is not
     /// closed for room meanwhile.
     pub(crate) fn hold(self: &Arc<Self>) -> InFlight {
@@ -177,10 +185,10 @@ pub(crate) struct PartitionIdle {
 #[rtype(result = "()")]
 pub(crate) struct Drain;
 
-/// Counters of one partition's actor since it started.
+/// Counters of one partition since its actor started.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct PartitionStats {
-    /// Append messages answered.
+    /// Appends answered (`Append` messages and [`Log`](crate::Log) appends alike).
     pub appends: u64,
     /// Transactions that committed them: fewer than `appends` when group commit grouped.
     pub commits: u64,
@@ -220,7 +228,8 @@ pub struct PartitionActor {
     last_activity: Instant,
     /// A [`RunRetention`] is running.
     retention_running: Rc<Cell<bool>>,
-    stats: PartitionStats,
+    /// The way [`Log`](crate::Log)'s appends take, around this event loop.
+    appender: Arc<Appender>,
 }
 
 impl PartitionActor {
@@ -232,6 +241,12 @@ impl PartitionActor {
             // Producers wait for their answers, so this bounds memory, not throughput.
             ctx.set_mailbox_capacity(1024);
             let load = Arc::new(LoadObserver::new(setup.options.clock.clone()));
+            let appender = Arc::new(Appender::new(
+                Some(store.clone()),
+                load.clone(),
+                setup.usage.clone(),
+                setup.appended.clone(),
+            ));
             Self {
                 setup,
                 store: Some(store),
@@ -246,7 +261,7 @@ impl PartitionActor {
                 timers: Vec::new(),
                 last_activity: Instant::now(),
                 retention_running: Rc::default(),
-                stats: PartitionStats::default(),
+                appender,
             }
         })
     }
@@ -338,7 +353,12 @@ impl PartitionActor {
     fn check_idle(&mut self) {
         let busy =
             !self.queued.borrow().is_empty() || self.flush_scheduled || self.setup.usage.is_busy();
-        if busy || self.draining || self.last_activity.elapsed() < self.setup.idle_stop {
+        // Appends through the `Appender` touch the usage, not this actor.
+        let idle = self
+            .last_activity
+            .elapsed()
+            .min(self.setup.usage.idle_for());
+        if busy || self.draining || idle < self.setup.idle_stop {
             return;
         }
         let Some(on_idle) = &self.setup.on_idle else {
@@ -418,6 +438,7 @@ impl Supervised for PartitionActor {
             Ok(store) => self.store = store.map(Arc::new),
             Err(err) => log::error!("partition {id}: cannot reopen its store: {err}"),
         }
+        self.appender.set_store(self.store.clone());
     }
 }
 
@@ -432,6 +453,7 @@ impl Handler<Drain> for PartitionActor {
         for timer in self.timers.drain(..) {
             ctx.cancel_future(timer);
         }
+        let appender_closed = self.appender.close();
         self.flush(ctx);
         let (done, drained) = oneshot::channel();
         self.drained.push(done);
@@ -439,6 +461,7 @@ impl Handler<Drain> for PartitionActor {
         Box::pin(
             async move {
                 let _ = drained.await;
+                let _ = appender_closed.await;
             }
             .into_actor(self)
             .map(|(), act, ctx| {
@@ -464,8 +487,11 @@ impl Handler<GetStats> for PartitionActor {
     type Result = Result<PartitionStats, Error>;
 
     fn handle(&mut self, _: GetStats, ctx: &mut Self::Context) -> Self::Result {
-        self.store(ctx)?;
-        Ok(self.stats)
+        let store = self.store(ctx)?;
+        Ok(PartitionStats {
+            appends: self.appender.appends(),
+            commits: store.commits(),
+        })
     }
 }
 

@@ -148,12 +148,12 @@ mod tests {
 
     fn share(batches: usize) -> AppendRequest {
         AppendRequest {
-            partition: Arc::new(PartitionTail {
-                key: 1,
-                tail: Default::default(),
-                retention: Default::default(),
-                due: Default::default(),
-            }),
+            partition: Arc::new(PartitionTail::new(
+                1,
+                Default::default(),
+                Default::default(),
+                Default::default(),
+            )),
             epoch: 0,
             clock: Arc::new(SystemClock),
             batches: (0..batches)

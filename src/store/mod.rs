@@ -249,12 +249,7 @@ impl LogStore {
         Self {
             volume: volume.clone(),
             key,
-            tail: Arc::new(PartitionTail {
-                key,
-                tail: Mutex::new(tail),
-                retention: options.retention,
-                due: Mutex::new(due),
-            }),
+            tail: Arc::new(PartitionTail::new(key, tail, options.retention, due)),
             options,
             epoch,
             trimming: volume.shared().trim_lock(key),
@@ -276,6 +271,12 @@ impl LogStore {
     /// The options the store was opened with.
     pub fn options(&self) -> &StoreOptions {
         &self.options
+    }
+
+    /// Group commits that wrote records of this partition since the store opened: fewer than
+    /// its appends when group commit grouped them.
+    pub fn commits(&self) -> u64 {
+        self.tail.commits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether a failed write left the store refusing writes (until it is reopened).

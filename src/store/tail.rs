@@ -3,6 +3,7 @@
 //! writer lock, so that a commit reads nothing from the database before inserting.
 
 use std::sync::Mutex;
+use std::sync::atomic::AtomicU64;
 
 use super::lock;
 
@@ -45,9 +46,21 @@ pub(super) struct PartitionTail {
     /// When its retention is due, and where its hot window starts; moved under the writer
     /// lock, by commits and trims.
     pub due: Mutex<Due>,
+    /// Group commits that wrote records of this partition (whichever caller sent them).
+    pub commits: AtomicU64,
 }
 
 impl PartitionTail {
+    pub fn new(key: i64, tail: Tail, retention: Retention, due: Due) -> Self {
+        Self {
+            key,
+            tail: Mutex::new(tail),
+            retention,
+            due: Mutex::new(due),
+            commits: AtomicU64::new(0),
+        }
+    }
+
     pub fn get(&self) -> Tail {
         *lock(&self.tail)
     }

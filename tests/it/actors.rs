@@ -258,6 +258,93 @@ async fn a_closed_loop_of_producers_merges_into_one_group() {
     );
 }
 
+/// `Log` appends from threads outside the actors' system go straight to the volume's
+/// committer, while the registry keeps closing partitions to make room (`max_open = 1`, four
+/// partitions): a partition closes only once the appends that went around its actor are
+/// answered, so the store it opens next starts where they left it. Every acknowledged record
+/// reads back at its offset, and each partition's offsets are contiguous.
+#[actix::test]
+async fn appends_from_other_threads_race_partitions_closing_for_room() {
+    const PARTITIONS: u32 = 4;
+    const THREADS: usize = 4;
+    const APPENDS: usize = 150;
+    let t = TestLog::with(|config| config.partitions.max_open = 1);
+    let threads: Vec<_> = (0..THREADS)
+        .map(|thread| {
+            let log = t.log.clone();
+            std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
+                runtime.block_on(async move {
+                    let mut acknowledged = Vec::new();
+                    for n in 0..APPENDS {
+                        let partition = ((thread + n) % PARTITIONS as usize) as u32;
+                        let text = format!("{thread}-{n}");
+                        // Keyed, so that a retry after `unavailable` cannot write twice.
+                        let keyed =
+                            NewRecord::keyed(text.clone(), serde_json::to_string(&text).unwrap());
+                        loop {
+                            match log.append("events", partition, vec![keyed.clone()]).await {
+                                Ok(appended) => {
+                                    let offset = offsets(appended.outcome)[0];
+                                    acknowledged.push((partition, offset, text));
+                                    break;
+                                }
+                                // Every partition open is busy, or this one kept closing.
+                                Err(Error::Overloaded { .. } | Error::Unavailable { .. }) => {
+                                    tokio::time::sleep(Duration::from_millis(1)).await;
+                                }
+                                Err(err) => panic!("append {text}: {err}"),
+                            }
+                        }
+                    }
+                    acknowledged
+                })
+            })
+        })
+        .collect();
+    let mut acknowledged = Vec::new();
+    for thread in threads {
+        // Joined off this event loop, which runs the registry and the partitions' actors.
+        let joined = tokio::task::spawn_blocking(move || thread.join())
+            .await
+            .unwrap();
+        acknowledged.extend(joined.expect("an appending thread"));
+    }
+    assert!(
+        t.log.partition_counters().closed() > 0,
+        "no partition closed"
+    );
+    for partition in 0..PARTITIONS {
+        let mut expected: Vec<(u64, String)> = acknowledged
+            .iter()
+            .filter(|(p, _, _)| *p == partition)
+            .map(|(_, offset, text)| (*offset, serde_json::to_string(text).unwrap()))
+            .collect();
+        expected.sort();
+        let mut stored: Vec<(u64, String)> = Vec::new();
+        loop {
+            let from = stored.len() as u64;
+            let page = t.log.read("events", partition, Some(from), None).await;
+            let records = page.unwrap().records;
+            if records.is_empty() {
+                break;
+            }
+            stored.extend(
+                records
+                    .into_iter()
+                    .map(|record| (record.offset, record.payload)),
+            );
+        }
+        assert_eq!(stored, expected, "partition {partition}");
+        let contiguous: Vec<u64> = (0..expected.len() as u64).collect();
+        let offsets: Vec<u64> = stored.iter().map(|(offset, _)| *offset).collect();
+        assert_eq!(offsets, contiguous, "partition {partition}");
+    }
+}
+
 /// Typed messages straight to a partition's actor, as an embedding application sends them.
 #[actix::test]
 async fn typed_messages_reach_the_partition() {

@@ -475,6 +475,7 @@ impl Shared {
                 if staged.rows.is_empty() {
                     continue;
                 }
+                staged.partition.commits.fetch_add(1, Ordering::Relaxed);
                 let entry = recent.entry(*key).or_default();
                 entry.rows.extend(staged.rows.drain(..));
                 entry.keys.extend(staged.keys.drain());
@@ -588,12 +589,7 @@ mod tests {
             .open_partition(topic, 0, true)
             .unwrap()
             .unwrap();
-        let partition = PartitionTail {
-            key,
-            tail: std::sync::Mutex::new(tail),
-            retention: Retention::default(),
-            due: std::sync::Mutex::new(due),
-        };
+        let partition = PartitionTail::new(key, tail, Retention::default(), due);
         (Arc::new(partition), epoch)
     }
 
@@ -810,12 +806,7 @@ mod replicated {
             .open_partition(topic, 0, true)
             .unwrap()
             .unwrap();
-        let partition = PartitionTail {
-            key,
-            tail: std::sync::Mutex::new(tail),
-            retention: Retention::default(),
-            due: std::sync::Mutex::new(due),
-        };
+        let partition = PartitionTail::new(key, tail, Retention::default(), due);
         (Arc::new(partition), epoch)
     }
 
