@@ -29,7 +29,7 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::names::PartitionId;
 use crate::partition::{
-    Appender, DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, RunRetention,
+    DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, RunRetention, Shortcut,
     Usage, Workers,
 };
 use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreError, StoreOptions, Volumes};
@@ -113,7 +113,7 @@ impl PartitionCounters {
     }
 }
 
-/// Partitions' actors as last located, and their [`Appender`]s, shared by the registry and
+/// Partitions' actors as last located, and their [`Shortcut`]s, shared by the registry and
 /// every [`Log`](crate::Log) handle so a call goes straight to its partition. Weak: a closed partition's actor is
 /// dropped although its address may be remembered for a moment. The registry forgets a
 /// partition's address when it closes it; an address found stopped (or gone) is located anew.
@@ -123,8 +123,8 @@ pub(crate) struct Addresses(std::sync::RwLock<AddressMap>);
 #[derive(Default)]
 struct AddressMap {
     addresses: HashMap<PartitionId, WeakAddr<PartitionActor>>,
-    /// The appenders of remembered actors, asked for on a partition's first append.
-    appenders: HashMap<PartitionId, Arc<Appender>>,
+    /// The shortcuts of remembered actors, asked for on a partition's first append.
+    shortcuts: HashMap<PartitionId, Arc<Shortcut>>,
     /// Size at which the next insert sweeps out dead addresses (left by a close that raced
     /// with a caller's insert).
     sweep_at: usize,
@@ -159,11 +159,11 @@ impl Addresses {
             map.addresses.shrink_to_fit();
             let AddressMap {
                 addresses,
-                appenders,
+                shortcuts,
                 ..
             } = &mut *map;
-            appenders.retain(|id, _| addresses.contains_key(id));
-            appenders.shrink_to_fit();
+            shortcuts.retain(|id, _| addresses.contains_key(id));
+            shortcuts.shrink_to_fit();
             map.sweep_at = (map.addresses.len() * 2).max(Self::MIN_SWEEP);
         }
     }
@@ -174,29 +174,29 @@ impl Addresses {
         let current = map.addresses.get(id).and_then(WeakAddr::upgrade);
         if current.is_none_or(|current| current == *stopped) {
             map.addresses.remove(id);
-            map.appenders.remove(id);
+            map.shortcuts.remove(id);
         }
     }
 
-    /// The [`Appender`] of `id`'s actor, if remembered (it may have closed since).
-    pub fn appender(&self, id: &PartitionId) -> Option<Arc<Appender>> {
-        self.read().appenders.get(id).cloned()
+    /// The [`Shortcut`] of `id`'s actor, if remembered (it may have closed since).
+    pub fn shortcut(&self, id: &PartitionId) -> Option<Arc<Shortcut>> {
+        self.read().shortcuts.get(id).cloned()
     }
 
-    /// Remembers the appender of `id`'s actor, whose address is remembered.
-    pub fn insert_appender(&self, id: PartitionId, appender: &Arc<Appender>) {
-        self.write().appenders.insert(id, appender.clone());
+    /// Remembers the shortcut of `id`'s actor, whose address is remembered.
+    pub fn insert_shortcut(&self, id: PartitionId, shortcut: &Arc<Shortcut>) {
+        self.write().shortcuts.insert(id, shortcut.clone());
     }
 
-    /// Forgets `id`'s appender if it is `closed`, not a newer actor's.
-    pub fn forget_appender(&self, id: &PartitionId, closed: &Arc<Appender>) {
+    /// Forgets `id`'s shortcut if it is `closed`, not a newer actor's.
+    pub fn forget_shortcut(&self, id: &PartitionId, closed: &Arc<Shortcut>) {
         let mut map = self.write();
         if map
-            .appenders
+            .shortcuts
             .get(id)
             .is_some_and(|current| Arc::ptr_eq(current, closed))
         {
-            map.appenders.remove(id);
+            map.shortcuts.remove(id);
         }
     }
 
@@ -206,8 +206,8 @@ impl Addresses {
         if map.addresses.capacity() > (map.addresses.len() * 4).max(Self::MIN_SWEEP) {
             map.addresses.shrink_to_fit();
         }
-        if map.appenders.capacity() > (map.appenders.len() * 4).max(Self::MIN_SWEEP) {
-            map.appenders.shrink_to_fit();
+        if map.shortcuts.capacity() > (map.shortcuts.len() * 4).max(Self::MIN_SWEEP) {
+            map.shortcuts.shrink_to_fit();
         }
     }
 }

@@ -25,6 +25,12 @@ impl Log {
         limit: Option<usize>,
     ) -> Result<Page, Error> {
         let id = self.partition(topic, partition)?;
+        // A hot read runs its query here, on the caller's thread, unless only the actor can.
+        if let Some(shortcut) = self.shortcut(&id, false).await?
+            && let Some(page) = shortcut.read(from, limit)
+        {
+            return page.await;
+        }
         match self
             .call_existing(&id, partition::Read { from, limit })
             .await?

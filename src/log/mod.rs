@@ -161,6 +161,31 @@ impl Log {
         Ok(located)
     }
 
+    /// The [`Shortcut`](partition::Shortcut) of a partition's actor, remembered or asked for
+    /// (starting the actor when the partition is stored, or if `create`). `None` when the
+    /// partition was never written (and not `create`) or is stopping: the actor's way, which
+    /// retries, is left.
+    async fn shortcut(
+        &self,
+        id: &PartitionId,
+        create: bool,
+    ) -> Result<Option<Arc<partition::Shortcut>>, Error> {
+        let addresses = &self.inner.addresses;
+        if let Some(shortcut) = addresses.shortcut(id) {
+            return Ok(Some(shortcut));
+        }
+        let partition = match self.locate(id, create).await {
+            Ok(Some(partition)) => partition,
+            Ok(None) | Err(Error::PartitionStopped) => return Ok(None),
+            Err(err) => return Err(err),
+        };
+        let shortcut = partition.send(partition::GetShortcut).await.ok();
+        if let Some(shortcut) = &shortcut {
+            addresses.insert_shortcut(id.clone(), shortcut);
+        }
+        Ok(shortcut)
+    }
+
     /// Drops the address of a partition that answered it has stopped (unless another caller
     /// already replaced it).
     fn forget(&self, id: &PartitionId, stopped: &Addr<PartitionActor>) {

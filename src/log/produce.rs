@@ -71,36 +71,19 @@ impl Log {
     /// Appends a batch that [`refusal`](Self::refusal) accepted (the store still enforces
     /// every rule).
     ///
-    /// The batch goes through the partition's [`Appender`](partition::Appender), straight to
-    /// its volume's committer; through the actor when the appender cannot take it (the
+    /// The batch goes through the partition's [`Shortcut`](partition::Shortcut), straight to
+    /// its volume's committer; through the actor when the shortcut cannot take it (the
     /// partition is closing, or its store must be reopened), as it retries and reopens.
     async fn append_checked(
         &self,
         id: &PartitionId,
         records: Vec<NewRecord>,
     ) -> Result<Appended, Error> {
-        let addresses = &self.inner.addresses;
-        let appender = match addresses.appender(id) {
-            Some(appender) => Some(appender),
-            None => match self.locate(id, true).await {
-                Ok(partition) => {
-                    let partition = partition.expect("a write always finds its partition");
-                    let appender = partition.send(partition::GetAppender).await.ok();
-                    if let Some(appender) = &appender {
-                        addresses.insert_appender(id.clone(), appender);
-                    }
-                    appender
-                }
-                // The actor's way retries.
-                Err(Error::PartitionStopped) => None,
-                Err(err) => return Err(err),
-            },
-        };
-        let records = match appender {
-            Some(appender) => match appender.append(records) {
+        let records = match self.shortcut(id, true).await? {
+            Some(shortcut) => match shortcut.append(records) {
                 Ok(appended) => return appended.await,
                 Err(records) => {
-                    addresses.forget_appender(id, &appender);
+                    self.inner.addresses.forget_shortcut(id, &shortcut);
                     records
                 }
             },

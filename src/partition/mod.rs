@@ -5,21 +5,23 @@
 //! the arbiter that started the log (message passing with producers on that event loop costs
 //! no thread switch) and owns no thread: appends go to its volume's committer thread, which
 //! commits the appends of every partition of the volume in one transaction (group commit, see
-//! `docs/append-pipeline.md`); [`Log`](crate::Log)'s appends go there without passing through
-//! the actor's event loop, by its [`Appender`], which the actor opens and closes; other blocking work (cursor commits, leases, retention) runs on one
-//! of a fixed set of worker threads shared by every partition (`[storage] workers`), so a blocking
-//! fsync never stalls the event loop. Hot reads are the exception: one short query on a pooled WAL
-//! reader, which never waits for a commit, they run on the event loop (see [`Read`]). Retention
+//! `docs/append-pipeline.md`); other blocking work (cursor commits, leases, retention) runs on
+//! one of a fixed set of worker threads shared by every partition (`[storage] workers`), so a
+//! blocking fsync never stalls the event loop. Hot reads are the exception: one short query on
+//! a pooled WAL reader, which never waits for a commit, they run on the event loop (see
+//! [`Read`]). [`Log`](crate::Log)'s appends and hot reads skip the event loop altogether: its
+//! `Shortcut`, which the actor opens and closes, runs them on the caller's thread. Retention
 //! runs when the registry's sweep finds it due ([`RunRetention`]); the one timer checks for
 //! idleness. A partition idle for `idle_stop` tells the registry, which drains it; a drained
-//! partition cancels its timer and stops, and its actor is dropped. A partition whose
-//! volume failed a commit stops at its next message and its supervisor restarts it, reopening its
+//! partition cancels its timer and stops, and its actor is dropped. A partition whose volume
+//! failed a commit stops at its next message and its supervisor restarts it, reopening its
 //! store.
 
 mod consume;
 mod leases;
 mod operations;
 mod produce;
+mod shortcut;
 
 use std::cell::Cell;
 use std::future::Future;
@@ -39,7 +41,7 @@ pub use consume::{Commit, DeleteCursor, GetCursor, ListCursors, Read};
 pub use leases::{Ack, ClaimLease, Extend, ListLeases, Nack};
 pub use operations::{ForgetColdBefore, GetBounds, GetLoad, RunRetention, Trim};
 pub use produce::{Append, Appended, Enqueue};
-pub(crate) use produce::{Appender, GetAppender};
+pub(crate) use shortcut::{GetShortcut, Shortcut};
 
 use crate::error::Error;
 use crate::load::LoadObserver;
@@ -229,7 +231,7 @@ pub struct PartitionActor {
     /// A [`RunRetention`] is running.
     retention_running: Rc<Cell<bool>>,
     /// The way [`Log`](crate::Log)'s appends take, around this event loop.
-    appender: Arc<Appender>,
+    shortcut: Arc<Shortcut>,
 }
 
 impl PartitionActor {
@@ -241,7 +243,7 @@ impl PartitionActor {
             // Producers wait for their answers, so this bounds memory, not throughput.
             ctx.set_mailbox_capacity(1024);
             let load = Arc::new(LoadObserver::new(setup.options.clock.clone()));
-            let appender = Arc::new(Appender::new(
+            let shortcut = Arc::new(Shortcut::new(
                 Some(store.clone()),
                 load.clone(),
                 setup.usage.clone(),
@@ -261,7 +263,7 @@ impl PartitionActor {
                 timers: Vec::new(),
                 last_activity: Instant::now(),
                 retention_running: Rc::default(),
-                appender,
+                shortcut,
             }
         })
     }
@@ -335,10 +337,7 @@ impl PartitionActor {
     /// Times a delivery (a read or a lease) as outbound load until the returned guard is
     /// dropped, however the delivery ends.
     fn begin_delivery(&self) -> Delivery {
-        Delivery {
-            request: self.load.begin_outbound(),
-            load: self.load.clone(),
-        }
+        Delivery::begin(&self.load)
     }
 
     /// Starts the idleness check; its handle is kept so that a drain cancels it. There is no
@@ -353,7 +352,7 @@ impl PartitionActor {
     fn check_idle(&mut self) {
         let busy =
             !self.queued.borrow().is_empty() || self.flush_scheduled || self.setup.usage.is_busy();
-        // Appends through the `Appender` touch the usage, not this actor.
+        // Appends through the `Shortcut` touch the usage, not this actor.
         let idle = self
             .last_activity
             .elapsed()
@@ -392,6 +391,15 @@ impl Drop for InFlight {
 pub(super) struct Delivery {
     load: Arc<LoadObserver>,
     request: crate::load::Request,
+}
+
+impl Delivery {
+    fn begin(load: &Arc<LoadObserver>) -> Self {
+        Self {
+            request: load.begin_outbound(),
+            load: load.clone(),
+        }
+    }
 }
 
 impl Drop for Delivery {
@@ -438,7 +446,7 @@ impl Supervised for PartitionActor {
             Ok(store) => self.store = store.map(Arc::new),
             Err(err) => log::error!("partition {id}: cannot reopen its store: {err}"),
         }
-        self.appender.set_store(self.store.clone());
+        self.shortcut.set_store(self.store.clone());
     }
 }
 
@@ -453,7 +461,7 @@ impl Handler<Drain> for PartitionActor {
         for timer in self.timers.drain(..) {
             ctx.cancel_future(timer);
         }
-        let appender_closed = self.appender.close();
+        let shortcut_closed = self.shortcut.close();
         self.flush(ctx);
         let (done, drained) = oneshot::channel();
         self.drained.push(done);
@@ -461,7 +469,7 @@ impl Handler<Drain> for PartitionActor {
         Box::pin(
             async move {
                 let _ = drained.await;
-                let _ = appender_closed.await;
+                let _ = shortcut_closed.await;
             }
             .into_actor(self)
             .map(|(), act, ctx| {
@@ -489,7 +497,7 @@ impl Handler<GetStats> for PartitionActor {
     fn handle(&mut self, _: GetStats, ctx: &mut Self::Context) -> Self::Result {
         let store = self.store(ctx)?;
         Ok(PartitionStats {
-            appends: self.appender.appends(),
+            appends: self.shortcut.appends(),
             commits: store.commits(),
         })
     }

@@ -2,9 +2,10 @@
 //!
 //! Two ways in, both ending at the volume's committer, which commits the shares of every
 //! partition of the volume together:
-//! - [`Appender`], what [`Log`](crate::Log) uses: the caller's thread hands its batch to the
-//!   committer as a share of its own, and the committer's answer goes straight back to it. The
-//!   actor's event loop is not on the way (two thread switches fewer per append).
+//! - [`Shortcut::append`](super::Shortcut::append), what [`Log`](crate::Log) uses: the
+//!   caller's thread hands its batch to the committer as a share of its own, and the
+//!   committer's answer goes straight back to it. The actor's event loop is not on the way
+//!   (two thread switches fewer per append).
 //! - The `Append` message, for applications that send typed messages: the handler queues the
 //!   batch with the caller's reply channel and schedules a [`Flush`], which hands everything
 //!   queued to the committer as one share and answers each caller once it is committed.
@@ -12,19 +13,16 @@
 //! `docs/append-pipeline.md` tells an append's whole path.
 
 use std::cell::RefCell;
-use std::future::Future;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 
 use actix::dev::MessageResponse;
 use actix::{ActorFutureExt, AsyncContext, Context, Handler, Message, WrapFuture};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
-use super::{InFlight, PartitionActor, Usage};
+use super::{InFlight, PartitionActor};
 use crate::error::Error;
-use crate::load::{LoadObserver, LoadSnapshot, Request};
-use crate::store::{AppendOutcome, LogStore, NewRecord, StoreError};
+use crate::load::{LoadSnapshot, Request};
+use crate::store::{AppendOutcome, NewRecord, StoreError};
 
 /// Appends `records` to the partition as one atomic batch.
 #[derive(Message, Debug, Clone)]
@@ -214,11 +212,11 @@ impl PartitionActor {
         replies: Vec<(Request, Option<Reply>, InFlight)>,
         result: Result<(Vec<AppendOutcome>, u64), StoreError>,
     ) {
-        self.appender.count_appends(replies.len());
+        self.shortcut.count_appends(replies.len());
         match result {
             Ok((outcomes, pending)) => {
                 if outcomes.iter().any(AppendOutcome::is_appended) {
-                    self.appender.wake_readers();
+                    self.shortcut.wake_readers();
                 }
                 // One snapshot for the group, taken while all of its appends are in flight.
                 let load = self.load.snapshot(pending);
@@ -242,165 +240,5 @@ impl PartitionActor {
                 }
             }
         }
-    }
-}
-
-/// A partition's way for appends from any thread, straight to its volume's committer: each
-/// batch is a share of its own, and the committer answers it on its own thread, so neither the
-/// call nor its answer passes through the partition actor's event loop. Shared between the
-/// actor, which owns the store and opens the way only while it may be written through, and
-/// the [`Log`](crate::Log) handles that cache it.
-///
-/// Everything the actor does around an append is done here instead, thread-safely: the use
-/// and the in-flight hold the registry reads, the inbound load, the counters, and the wake-up
-/// of long-polling readers.
-pub(crate) struct Appender {
-    gate: Mutex<Gate>,
-    load: Arc<LoadObserver>,
-    usage: Arc<Usage>,
-    /// Woken after each commit that appended records (the partition's, then its topic's).
-    appended: [Arc<Notify>; 2],
-    /// Batches answered, by either way in.
-    appends: AtomicU64,
-}
-
-/// Whether appends may go to the committer without the actor.
-#[derive(Default)]
-struct Gate {
-    /// The store to append to; `None` while the actor drains or has no store.
-    store: Option<Arc<LogStore>>,
-    /// Shares at the committer not answered yet: a drain waits for them, so that no share of
-    /// this store is still queued when another store of the partition opens.
-    in_flight: usize,
-    /// Told once nothing is in flight after the gate closed.
-    drained: Vec<oneshot::Sender<()>>,
-}
-
-impl Appender {
-    pub(super) fn new(
-        store: Option<Arc<LogStore>>,
-        load: Arc<LoadObserver>,
-        usage: Arc<Usage>,
-        appended: [Arc<Notify>; 2],
-    ) -> Self {
-        Self {
-            gate: Mutex::new(Gate {
-                store,
-                ..Gate::default()
-            }),
-            load,
-            usage,
-            appended,
-            appends: AtomicU64::new(0),
-        }
-    }
-
-    /// Appends `records` as one atomic batch and answers as the `Append` message does. The
-    /// records come back when only the actor can take them: the partition drains, or its
-    /// store failed and must be reopened (a message to the actor does that).
-    pub(crate) fn append(
-        self: &Arc<Self>,
-        records: Vec<NewRecord>,
-    ) -> Result<impl Future<Output = Result<Appended, Error>> + use<>, Vec<NewRecord>> {
-        let store = {
-            let mut gate = self.lock();
-            let Some(store) = gate.store.clone().filter(|store| !store.is_poisoned()) else {
-                return Err(records);
-            };
-            gate.in_flight += 1;
-            store
-        };
-        self.usage.touch();
-        let in_flight = self.usage.hold();
-        let request = self.load.begin_inbound();
-        let (answer, answered) = oneshot::channel();
-        let appender = self.clone();
-        // Runs on the committer thread, where the records are already findable.
-        let reply = Box::new(
-            move |result: Result<(Vec<AppendOutcome>, u64), StoreError>| {
-                let answered = result.map(|(mut outcomes, pending)| {
-                    let outcome = outcomes.pop().expect("one outcome per batch");
-                    if outcome.is_appended() {
-                        appender.wake_readers();
-                    }
-                    // Taken while this append still counts as in flight.
-                    (outcome, appender.load.snapshot(pending))
-                });
-                appender.load.finish(&request);
-                appender.count_appends(1);
-                let _ = answer.send(answered);
-                drop(in_flight);
-                appender.answered();
-            },
-        );
-        store.submit_append(vec![records], reply, None);
-        Ok(async move {
-            let (outcome, load) = answered.await.unwrap_or(Err(StoreError::Poisoned))?;
-            Ok(Appended { outcome, load })
-        })
-    }
-
-    /// Sets the store appends go to (`None` closes the way).
-    pub(super) fn set_store(&self, store: Option<Arc<LogStore>>) {
-        self.lock().store = store;
-    }
-
-    /// Closes the way and answers once every share that went through it is answered.
-    pub(super) fn close(&self) -> oneshot::Receiver<()> {
-        let (done, drained) = oneshot::channel();
-        let mut gate = self.lock();
-        gate.store = None;
-        if gate.in_flight == 0 {
-            let _ = done.send(());
-        } else {
-            gate.drained.push(done);
-        }
-        drained
-    }
-
-    /// Batches answered, by either way in.
-    pub(super) fn appends(&self) -> u64 {
-        self.appends.load(Ordering::Relaxed)
-    }
-
-    pub(super) fn count_appends(&self, batches: usize) {
-        self.appends.fetch_add(batches as u64, Ordering::Relaxed);
-    }
-
-    /// Wakes the partition's and the topic's long-polling readers.
-    pub(super) fn wake_readers(&self) {
-        for signal in &self.appended {
-            signal.notify_waiters();
-        }
-    }
-
-    /// One share answered.
-    fn answered(&self) {
-        let mut gate = self.lock();
-        gate.in_flight -= 1;
-        if gate.in_flight == 0 {
-            for done in gate.drained.drain(..) {
-                let _ = done.send(());
-            }
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
-        self.gate
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
-    }
-}
-
-/// Asks a partition's actor for its [`Appender`].
-#[derive(Message, Debug)]
-#[rtype(result = "Arc<Appender>")]
-pub(crate) struct GetAppender;
-
-impl Handler<GetAppender> for PartitionActor {
-    type Result = Arc<Appender>;
-
-    fn handle(&mut self, _: GetAppender, _: &mut Context<Self>) -> Self::Result {
-        self.appender.clone()
     }
 }

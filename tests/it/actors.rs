@@ -258,6 +258,39 @@ async fn a_closed_loop_of_producers_merges_into_one_group() {
     );
 }
 
+/// Once a partition is open, `Log` appends and reads take its shortcut: they run on the
+/// caller's thread and the volume's committer, not on the partition actor's event loop. Here
+/// that event loop is blocked while another thread appends and reads back.
+#[actix::test]
+async fn appends_and_reads_do_not_wait_for_the_actors_event_loop() {
+    let t = TestLog::with(|_| {});
+    t.log
+        .append("events", 0, vec![record("first")])
+        .await
+        .unwrap();
+    let log = t.log.clone();
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let result = runtime.block_on(async move {
+            let appended = log.append("events", 0, vec![record("second")]).await?;
+            let page = log.read("events", 0, Some(0), None).await?;
+            Ok::<_, Error>((appended.outcome, page.records.len()))
+        });
+        let _ = done.send(result);
+    });
+    // Blocks this thread, which runs the registry and every partition actor.
+    let (outcome, read) = finished
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the append and the read were answered without the actors' event loop")
+        .unwrap();
+    assert_eq!(offsets(outcome), vec![1]);
+    assert_eq!(read, 2);
+}
+
 /// `Log` appends from threads outside the actors' system go straight to the volume's
 /// committer, while the registry keeps closing partitions to make room (`max_open = 1`, four
 /// partitions): a partition closes only once the appends that went around its actor are
