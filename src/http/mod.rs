@@ -30,15 +30,18 @@ pub use error::ApiError;
 /// on it. The one list: [`service_with_metrics`] registers these routes from it, and the
 /// OpenAPI document lists the same handlers, whose `#[utoipa::path]` states each path again
 /// for the document (a test checks that every documented route is served).
+///
+/// The router tries the paths in this order, each with a parameter costing a regular
+/// expression's captures, so the busiest (appends and reads) come first.
 macro_rules! api_routes {
     ($then:ident) => {
         $then! {
+            "/topics/{topic}/partitions/{partition}/records" =>
+                post produce::records, get consume::read;
+            "/topics/{topic}/records" => post produce::events;
             "/openapi.json" => get openapi::openapi;
             "/topics" => get operations::topics;
             "/topics/{topic}" => get operations::topic;
-            "/topics/{topic}/records" => post produce::events;
-            "/topics/{topic}/partitions/{partition}/records" =>
-                post produce::records, get consume::read;
             "/topics/{topic}/groups/{group}/poll" => get consume::poll;
             "/topics/{topic}/groups/{group}/commit" => post consume::commit;
             "/topics/{topic}/partitions/{partition}/cursors" => get consume::cursors;
