@@ -12,9 +12,9 @@
 //! one section: `throughput` (which latency needs), `cpu` (needs `--server`; `--floor`, the
 //! `http_floor` example, adds the framework's floor), `cold`, `partitions` (needs `--server`),
 //! `scale`, `million` (needs `--server`) or `replication` (needs `--server`, and starts
-//! `scripts/s3-server`). Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only` of
-//! a section with a heading of its own (`cpu`, `scale`, `partitions`, `million`, `replication`)
-//! replaces only that section of them.
+//! `scripts/s3-server`). Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only`
+//! replaces only what that section writes in them (`throughput`: the goals it measures, the
+//! throughput and latency tables; `cold` writes nothing there).
 
 mod cpu;
 mod embedded;

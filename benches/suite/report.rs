@@ -290,20 +290,24 @@ impl Report {
     }
 
     /// Prints the table and writes `out/BENCHMARKS.md` and `out/bench/results.json`. A run of
-    /// one section with a heading of its own (`only`) replaces that section of the files there
-    /// and keeps the others.
+    /// one section (`only`) replaces the sections it writes in the files there and keeps the
+    /// others.
     pub fn write(&self, out: &Path, quick: bool, only: Option<&str>) {
         let mut markdown = self.markdown(quick);
         println!("{markdown}");
         let mut json = self.json();
         let (md_path, json_path) = (out.join("BENCHMARKS.md"), out.join("bench/results.json"));
-        if let Some(heading) = only.and_then(own_heading)
+        if let Some(headings) = only
+            .map(own_headings)
+            .filter(|headings| !headings.is_empty())
             && let (Ok(old_md), Ok(old_json)) = (
                 std::fs::read_to_string(&md_path),
                 std::fs::read_to_string(&json_path),
             )
         {
-            markdown = replace_section(&old_md, &markdown, heading);
+            markdown = headings.iter().fold(old_md, |old_md, heading| {
+                replace_section(&old_md, &markdown, heading)
+            });
             json = keep_unmeasured(serde_json::from_str(&old_json).unwrap_or_default(), json);
         }
         if let Ok(old_md) = std::fs::read_to_string(&md_path) {
@@ -882,16 +886,31 @@ impl Report {
 }
 
 /// The heading of `BENCHMARKS.md` that suite section `section` alone writes, if it has one.
-fn own_heading(section: &str) -> Option<&'static str> {
+fn own_headings(section: &str) -> &'static [&'static str] {
     match section {
-        "scale" => Some("## Cost growth"),
-        "partitions" => Some("## Many partitions"),
-        "million" => Some("## A million partitions"),
-        "replication" => Some("## Replication"),
-        "cpu" => Some("## CPU per request"),
-        _ => None,
+        "throughput" => &[
+            GOALS,
+            THROUGHPUT,
+            "## Latency at half the maximum rate (open loop)",
+        ],
+        "cold" => &[THROUGHPUT],
+        "scale" => &["## Cost growth"],
+        "partitions" => &["## Many partitions"],
+        "million" => &["## A million partitions"],
+        "replication" => &["## Replication"],
+        "cpu" => &["## CPU per request"],
+        _ => &[],
     }
 }
+
+/// The goals table's heading.
+const GOALS: &str = "## Goals (100 B records)";
+/// The throughput table's heading.
+const THROUGHPUT: &str = "## Throughput";
+
+/// The tables whose rows come from several sections, with how many leading cells name a row:
+/// a run of one section keeps the rows of the others.
+const SHARED_TABLES: [(&str, usize); 2] = [(GOALS, 1), (THROUGHPUT, 2)];
 
 /// Sections of `BENCHMARKS.md` written by hand, not by the suite: every run keeps them.
 const HAND_WRITTEN: [&str; 1] = ["## CPU per request: what each change gave"];
@@ -917,12 +936,21 @@ fn keep_hand_written(old: &str, mut new: String) -> String {
     new
 }
 
-/// `old` with its section under `heading` (up to the next `## `) taken from `new`.
+/// `old` with its section under `heading` (up to the next `## `) taken from `new`; a shared
+/// table keeps the rows of `old` that `new` lacks.
 fn replace_section(old: &str, new: &str, heading: &str) -> String {
     let section = |text: &str| section_span(text, heading);
     let Some((new_start, new_end)) = section(new) else {
         return old.to_owned();
     };
+    let mut replacement = new[new_start..new_end].to_owned();
+    if let Some((_, naming)) = SHARED_TABLES.iter().find(|(shared, _)| *shared == heading)
+        && let Some((old_start, old_end)) = section(old)
+    {
+        replacement = keep_rows(&old[old_start..old_end], &replacement, *naming);
+    }
+    let new = replacement.as_str();
+    let (new_start, new_end) = (0, new.len());
     let Some((old_start, old_end)) = section(old) else {
         // A section the file does not have yet: added at its end.
         return format!("{}\n\n{}", old.trim_end(), &new[new_start..new_end]);
@@ -933,6 +961,34 @@ fn replace_section(old: &str, new: &str, heading: &str) -> String {
         &new[new_start..new_end],
         &old[old_end..]
     )
+}
+
+/// The table of section `new` with the rows of section `old`'s table that it lacks (a row is
+/// named by its first `naming` cells) added after its own.
+fn keep_rows(old: &str, new: &str, naming: usize) -> String {
+    let name = |row: &str| {
+        row.split('|')
+            .skip(1)
+            .take(naming)
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    fn rows(text: &str) -> Vec<&str> {
+        text.lines().filter(|line| line.starts_with('|')).collect()
+    }
+    let names: Vec<String> = rows(new).into_iter().map(name).collect();
+    let kept: Vec<&str> = rows(old)
+        .into_iter()
+        .filter(|row| !names.contains(&name(row)))
+        .collect();
+    let Some(last_row) = new.lines().rfind(|line| line.starts_with('|')) else {
+        return new.to_owned();
+    };
+    if kept.is_empty() {
+        return new.to_owned();
+    }
+    let at = new.rfind(last_row).unwrap() + last_row.len();
+    format!("{}\n{}{}", &new[..at], kept.join("\n"), &new[at..])
 }
 
 /// `new`, with each figure this run did not measure (empty or null) taken from `old`.
