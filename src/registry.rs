@@ -114,9 +114,10 @@ impl PartitionCounters {
 }
 
 /// Partitions' actors as last located, and their [`Shortcut`]s, shared by the registry and
-/// every [`Log`](crate::Log) handle so a call goes straight to its partition. Weak: a closed partition's actor is
-/// dropped although its address may be remembered for a moment. The registry forgets a
-/// partition's address when it closes it; an address found stopped (or gone) is located anew.
+/// every [`Log`](crate::Log) handle so a call goes straight to its partition. Weak: a closed
+/// partition's actor is dropped although its address may be remembered for a moment. The
+/// registry forgets a partition's address (and shortcut) when it closes it; an address found
+/// stopped (or gone) is located anew.
 #[derive(Default)]
 pub(crate) struct Addresses(std::sync::RwLock<AddressMap>);
 

@@ -943,24 +943,15 @@ fn replace_section(old: &str, new: &str, heading: &str) -> String {
     let Some((new_start, new_end)) = section(new) else {
         return old.to_owned();
     };
-    let mut replacement = new[new_start..new_end].to_owned();
-    if let Some((_, naming)) = SHARED_TABLES.iter().find(|(shared, _)| *shared == heading)
-        && let Some((old_start, old_end)) = section(old)
-    {
-        replacement = keep_rows(&old[old_start..old_end], &replacement, *naming);
-    }
-    let new = replacement.as_str();
-    let (new_start, new_end) = (0, new.len());
     let Some((old_start, old_end)) = section(old) else {
         // A section the file does not have yet: added at its end.
         return format!("{}\n\n{}", old.trim_end(), &new[new_start..new_end]);
     };
-    format!(
-        "{}{}{}",
-        &old[..old_start],
-        &new[new_start..new_end],
-        &old[old_end..]
-    )
+    let mut replacement = new[new_start..new_end].to_owned();
+    if let Some((_, naming)) = SHARED_TABLES.iter().find(|(shared, _)| *shared == heading) {
+        replacement = keep_rows(&old[old_start..old_end], &replacement, *naming);
+    }
+    format!("{}{replacement}{}", &old[..old_start], &old[old_end..])
 }
 
 /// The table of section `new` with the rows of section `old`'s table that it lacks (a row is

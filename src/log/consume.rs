@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::Log;
 use super::long_poll::until_records;
+use super::{Log, Way};
 use crate::error::Error;
 use crate::names::validate_group;
 use crate::partition;
@@ -25,16 +25,17 @@ impl Log {
         limit: Option<usize>,
     ) -> Result<Page, Error> {
         let id = self.partition(topic, partition)?;
-        // A hot read runs its query here, on the caller's thread, unless only the actor can.
-        if let Some(shortcut) = self.shortcut(&id, false).await?
-            && let Some(page) = shortcut.read(from, limit)
-        {
-            return page.await;
-        }
-        match self
-            .call_existing(&id, partition::Read { from, limit })
-            .await?
-        {
+        let read = partition::Read { from, limit };
+        let page = match self.way(&id, false).await? {
+            // A hot read runs its query here, on the caller's thread, unless only the actor can.
+            Way::Shortcut(shortcut) => match shortcut.read(from, limit) {
+                Some(page) => return page.await,
+                None => self.call_existing(&id, read).await?,
+            },
+            Way::Actor => self.call_existing(&id, read).await?,
+            Way::Unwritten => None,
+        };
+        match page {
             Some(page) => Ok(page),
             // Never written: the store's rules, applied to an empty log.
             None => {

@@ -79,6 +79,15 @@ impl std::fmt::Debug for Log {
     }
 }
 
+/// What [`Log::way`] found.
+enum Way {
+    Shortcut(Arc<partition::Shortcut>),
+    /// The partition is stopping: its actor's way retries.
+    Actor,
+    /// Never written, and not to be created.
+    Unwritten,
+}
+
 /// How many times an operation is retried when it met a partition that was stopping.
 const STOPPED_RETRIES: usize = 3;
 
@@ -161,29 +170,27 @@ impl Log {
         Ok(located)
     }
 
-    /// The [`Shortcut`](partition::Shortcut) of a partition's actor, remembered or asked for
-    /// (starting the actor when the partition is stored, or if `create`). `None` when the
-    /// partition was never written (and not `create`) or is stopping: the actor's way, which
-    /// retries, is left.
-    async fn shortcut(
-        &self,
-        id: &PartitionId,
-        create: bool,
-    ) -> Result<Option<Arc<partition::Shortcut>>, Error> {
+    /// How an append or a read reaches a partition: by the [`Shortcut`](partition::Shortcut)
+    /// of its actor, remembered or asked for (starting the actor when the partition is stored,
+    /// or if `create`), else by the actor's way, which retries.
+    async fn way(&self, id: &PartitionId, create: bool) -> Result<Way, Error> {
         let addresses = &self.inner.addresses;
         if let Some(shortcut) = addresses.shortcut(id) {
-            return Ok(Some(shortcut));
+            return Ok(Way::Shortcut(shortcut));
         }
         let partition = match self.locate(id, create).await {
             Ok(Some(partition)) => partition,
-            Ok(None) | Err(Error::PartitionStopped) => return Ok(None),
+            Ok(None) => return Ok(Way::Unwritten),
+            Err(Error::PartitionStopped) => return Ok(Way::Actor),
             Err(err) => return Err(err),
         };
-        let shortcut = partition.send(partition::GetShortcut).await.ok();
-        if let Some(shortcut) = &shortcut {
-            addresses.insert_shortcut(id.clone(), shortcut);
+        match partition.send(partition::GetShortcut).await {
+            Ok(shortcut) => {
+                addresses.insert_shortcut(id.clone(), &shortcut);
+                Ok(Way::Shortcut(shortcut))
+            }
+            Err(_) => Ok(Way::Actor),
         }
-        Ok(shortcut)
     }
 
     /// Drops the address of a partition that answered it has stopped (unless another caller

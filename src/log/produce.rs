@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use futures_util::future::join_all;
 
-use super::Log;
+use super::{Log, Way};
 use crate::error::Error;
 use crate::names::PartitionId;
 use crate::partition::{self, Appended};
@@ -79,15 +79,15 @@ impl Log {
         id: &PartitionId,
         records: Vec<NewRecord>,
     ) -> Result<Appended, Error> {
-        let records = match self.shortcut(id, true).await? {
-            Some(shortcut) => match shortcut.append(records) {
+        let records = match self.way(id, true).await? {
+            Way::Shortcut(shortcut) => match shortcut.append(records) {
                 Ok(appended) => return appended.await,
                 Err(records) => {
                     self.inner.addresses.forget_shortcut(id, &shortcut);
                     records
                 }
             },
-            None => records,
+            Way::Actor | Way::Unwritten => records,
         };
         self.call_creating(id, partition::Append { records }).await
     }

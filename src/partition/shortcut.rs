@@ -12,7 +12,7 @@ use tokio::sync::{Notify, oneshot};
 use super::{Appended, Delivery, PartitionActor, Usage};
 use crate::error::Error;
 use crate::load::LoadObserver;
-use crate::store::{AppendOutcome, LogStore, NewRecord, Page, StoreError};
+use crate::store::{AppendOutcome, LogStore, NewRecord, Page, StoreError, lock};
 
 /// A partition's way around its actor, from any thread: an append goes straight to the
 /// volume's committer as a share of its own and is answered on the committer's thread; a read
@@ -176,9 +176,7 @@ impl Shortcut {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Gate> {
-        self.gate
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        lock(&self.gate)
     }
 }
 
