@@ -17,7 +17,7 @@ use crate::partition::DeadLetter;
 use crate::registry::{
     Addresses, DeadLetterFor, PartitionCounters, PartitionRegistry, RegistryParts, Signals,
 };
-use crate::replica::Replicator;
+use crate::replica::{ReplicaError, Replicator};
 use crate::store::{ColdFlushCounters, ReplicaCounters, Stream, Volumes};
 
 /// Opens a [`Log`] with parts other than the configured ones.
@@ -73,18 +73,23 @@ impl LogBuilder {
         let replica_counters = Arc::new(ReplicaCounters::default());
         let stream = match config.replication.kind {
             ReplicationKind::None => None,
-            ReplicationKind::S3 => Some(
-                Replicator::start(
+            ReplicationKind::S3 => {
+                let cannot_take = |err: ReplicaError| {
+                    Error::unavailable(None, "cannot take the volumes", Some(err.into()))
+                };
+                let replicator = Replicator::start(
                     &config.replication,
                     &config.cold.s3(),
                     &storage.data_dir,
                     storage.volumes,
                     replica_counters.clone(),
                 )
-                .map_err(|err| {
-                    Error::unavailable(None, "cannot take the volumes", Some(err.into()))
-                })? as Arc<dyn Stream>,
-            ),
+                .map_err(cannot_take)?;
+                replicator
+                    .take_blocking((0..storage.volumes).collect())
+                    .map_err(cannot_take)?;
+                Some(replicator as Arc<dyn Stream>)
+            }
         };
         let volumes = Volumes::open(&storage.data_dir, storage.volumes, storage.sync, stream)
             .map_err(|err| Error::unavailable(None, err.to_string(), None))?;

@@ -41,7 +41,9 @@ impl Node {
         if let Err(err) = self.snapshot(volume).await {
             log::warn!("replica: snapshotting volume {volume} failed: {err}");
         }
-        self.volumes[volume].lock().await.snapshotting = false;
+        if let Some(held) = self.volumes[volume].lock().await.as_mut() {
+            held.snapshotting = false;
+        }
         self.collect_logged(&mut unneeded).await;
     }
 
@@ -89,6 +91,9 @@ impl Node {
         let key = self.keys.snapshot(volume, &position);
         self.objects.create(&key, &bytes).await?;
         let mut held = self.volumes[volume].lock().await;
+        let Some(held) = held.as_mut() else {
+            return Ok(());
+        };
         let Some(chain) = held.manifest.chain_after(&position) else {
             return Err(ReplicaError::Refused(format!(
                 "volume {volume}'s copy stands at {position:?}, which its history does not hold"

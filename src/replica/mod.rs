@@ -21,7 +21,7 @@ mod take;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::cold::S3Settings;
@@ -91,8 +91,9 @@ struct OpenWindow {
     seq: u64,
     opened: Instant,
     bytes: usize,
-    /// Which volumes submitted to it.
+    /// Which volumes submitted to it, and how many.
     volumes: Vec<bool>,
+    submitters: usize,
     submissions: Vec<Submission>,
     /// Being stored: it takes nothing more.
     storing: bool,
@@ -122,7 +123,10 @@ struct Windows {
 /// its own thread.
 pub(crate) struct Replicator {
     outbox: Arc<Outbox>,
-    node: String,
+    node: Arc<Node>,
+    /// The replica thread's runtime, which takes the volumes at start.
+    runtime: tokio::runtime::Handle,
+    name: String,
     inc: u64,
     volumes: usize,
     max_window_bytes: usize,
@@ -159,9 +163,12 @@ struct Node {
     node: String,
     inc: u64,
     data_dir: PathBuf,
-    volumes: Vec<tokio::sync::Mutex<Held>>,
+    /// The volumes this incarnation took (`None`: another node's, or not taken yet).
+    volumes: Vec<tokio::sync::Mutex<Option<Held>>>,
     /// Each volume's epoch as this incarnation took it, written in its sections.
-    epochs: Vec<u64>,
+    epochs: Vec<AtomicU64>,
+    /// How many volumes this incarnation took.
+    held: AtomicUsize,
     /// One snapshot or collection at a time.
     maintenance: tokio::sync::Mutex<maintenance::Unneeded>,
     snapshot_bytes: u64,
@@ -173,11 +180,12 @@ struct Node {
 }
 
 impl Replicator {
-    /// Takes the `volumes` volumes of `data_dir` for this node (see the module docs) and starts
-    /// its stream. Blocks until the volumes are taken.
+    /// Claims a new incarnation of this node in the bucket (whose data must be spread over
+    /// `volumes` volumes) and starts its stream, holding no volume yet: [`Replicator::take`]
+    /// takes them. Blocks until the incarnation is claimed.
     ///
     /// # Errors
-    /// [`ReplicaError`] when the bucket cannot be reached or refuses, or a local copy fails.
+    /// [`ReplicaError`] when the bucket cannot be reached or refuses.
     pub(crate) fn start(
         settings: &ReplicationSettings,
         s3: &S3Settings,
@@ -200,7 +208,8 @@ impl Replicator {
         let settings = settings.clone();
         let data_dir = data_dir.to_owned();
         let outbox = Arc::new(Outbox::default());
-        let (started, taken) = std::sync::mpsc::channel();
+        lock(&outbox.windows).next_seq = 1;
+        let (started, claimed) = std::sync::mpsc::channel();
         let writer_outbox = outbox.clone();
         std::thread::Builder::new()
             .name("durability-replica".into())
@@ -216,9 +225,10 @@ impl Replicator {
                     }
                 };
                 runtime.block_on(async move {
-                    match Node::take(objects, &settings, data_dir, volumes, counters).await {
+                    match Node::claim(objects, &settings, data_dir, volumes, counters).await {
                         Ok(node) => {
-                            let _ = started.send(Ok((node.node.clone(), node.inc)));
+                            let handle = tokio::runtime::Handle::current();
+                            let _ = started.send(Ok((node.clone(), handle)));
                             tokio::spawn(node.clone().collect_garbage());
                             StreamWriter::new(node, &settings, writer_outbox)
                                 .run()
@@ -231,24 +241,59 @@ impl Replicator {
                 });
             })
             .map_err(|err| ReplicaError::io(Path::new("durability-replica"), err))?;
-        let (node, inc) = taken
+        let (node, runtime) = claimed
             .recv()
             .map_err(|_| ReplicaError::Refused("the replica's thread stopped".into()))??;
-        lock(&outbox.windows).next_seq = 1;
         Ok(Arc::new(Self {
             outbox,
+            name: node.node.clone(),
+            inc: node.inc,
             node,
-            inc,
+            runtime,
             volumes,
             max_window_bytes,
             put_retry,
         }))
     }
+
+    /// Takes `volumes` for this incarnation (see [`take`]): each local copy is brought up to
+    /// its history, the previous owner's stream sealed, and the manifest names this
+    /// incarnation. The volume's file may be opened once this answers, not before.
+    ///
+    /// # Errors
+    /// [`ReplicaError`] when the bucket cannot be reached or refuses, or a local copy fails.
+    pub(crate) async fn take(&self, volumes: &[usize]) -> Result<(), ReplicaError> {
+        // Windows from the oldest not landed on: a write of a volume taken now can join none
+        // older.
+        let first = {
+            let windows = lock(&self.outbox.windows);
+            windows
+                .queue
+                .front()
+                .map_or(windows.next_seq, |window| window.seq)
+        };
+        self.node.take(volumes, first).await
+    }
+
+    /// [`Replicator::take`] on the replica's own thread, blocking until it is done.
+    ///
+    /// # Errors
+    /// As [`Replicator::take`].
+    pub(crate) fn take_blocking(self: &Arc<Self>, volumes: Vec<usize>) -> Result<(), ReplicaError> {
+        let (taken, outcome) = std::sync::mpsc::channel();
+        let replicator = self.clone();
+        self.runtime.spawn(async move {
+            let _ = taken.send(replicator.take(&volumes).await);
+        });
+        outcome
+            .recv()
+            .map_err(|_| ReplicaError::Refused("the replica's thread stopped".into()))?
+    }
 }
 
 impl Node {
-    /// Claims an incarnation and takes every volume (see [`take`]).
-    async fn take(
+    /// Claims an incarnation (see [`take::claim`]), holding no volume yet.
+    async fn claim(
         objects: Objects,
         settings: &ReplicationSettings,
         data_dir: PathBuf,
@@ -259,31 +304,18 @@ impl Node {
         let node = settings.node();
         take::fix_volume_count(&objects, &keys, volumes).await?;
         let inc = take::claim(&objects, &keys, &node).await?;
-        let mut held = Vec::with_capacity(volumes);
-        let mut epochs = Vec::with_capacity(volumes);
-        {
-            let mut taker = take::Taker::new(&objects, &keys, &node, inc);
-            for volume in 0..volumes {
-                let (manifest, etag) = taker.take(&data_dir, volume).await?;
-                epochs.push(manifest.epoch);
-                held.push(tokio::sync::Mutex::new(Held {
-                    manifest,
-                    etag,
-                    since_snapshot: 0,
-                    snapshot_at: Instant::now(),
-                    snapshotting: false,
-                }));
-            }
-        }
-        log::info!("replica: took {volumes} volumes as {node} incarnation {inc}");
+        log::info!("replica: claimed incarnation {inc} of {node}");
         Ok(Arc::new(Self {
             objects,
             keys,
             node,
             inc,
             data_dir,
-            volumes: held,
-            epochs,
+            volumes: (0..volumes)
+                .map(|_| tokio::sync::Mutex::default())
+                .collect(),
+            epochs: (0..volumes).map(|_| AtomicU64::new(0)).collect(),
+            held: AtomicUsize::new(0),
             maintenance: tokio::sync::Mutex::default(),
             snapshot_bytes: settings.snapshot_bytes,
             snapshot_interval: Duration::from_millis(settings.snapshot_interval_ms),
@@ -293,9 +325,38 @@ impl Node {
         }))
     }
 
+    /// Takes `volumes` (see [`take`]), this incarnation's segment of each starting at window
+    /// `first`.
+    async fn take(&self, volumes: &[usize], first: u64) -> Result<(), ReplicaError> {
+        let mut taker = take::Taker::new(&self.objects, &self.keys, &self.node, self.inc, first);
+        for &volume in volumes {
+            let (manifest, etag) = taker.take(&self.data_dir, volume).await?;
+            self.epochs[volume].store(manifest.epoch, Ordering::SeqCst);
+            let mut held = self.volumes[volume].lock().await;
+            if held.is_none() {
+                self.held.fetch_add(1, Ordering::SeqCst);
+            }
+            *held = Some(Held {
+                manifest,
+                etag,
+                since_snapshot: 0,
+                snapshot_at: Instant::now(),
+                snapshotting: false,
+            });
+        }
+        log::info!(
+            "replica: took {} volumes as {} incarnation {}",
+            volumes.len(),
+            self.node,
+            self.inc
+        );
+        Ok(())
+    }
+
     /// Counts `bytes` landed for volume `volume`, and starts its snapshot when one is due.
     async fn landed(self: &Arc<Self>, volume: usize, bytes: usize) {
         let mut held = self.volumes[volume].lock().await;
+        let Some(held) = held.as_mut() else { return };
         held.since_snapshot += bytes as u64;
         let due = held.since_snapshot >= self.snapshot_bytes
             || held.snapshot_at.elapsed() >= self.snapshot_interval;
@@ -329,13 +390,16 @@ impl Stream for Replicator {
                 opened: Instant::now(),
                 bytes: 0,
                 volumes: vec![false; self.volumes],
+                submitters: 0,
                 submissions: Vec::new(),
                 storing: false,
             });
         }
         let window = windows.queue.back_mut().expect("a window is open");
         window.bytes += redo.len();
-        window.volumes[volume] = true;
+        if !std::mem::replace(&mut window.volumes[volume], true) {
+            window.submitters += 1;
+        }
         window.submissions.push(Submission {
             volume,
             redo,
@@ -345,7 +409,7 @@ impl Stream for Replicator {
         drop(windows);
         self.outbox.submitted.notify_one();
         Ok(Position {
-            node: self.node.clone(),
+            node: self.name.clone(),
             inc: self.inc,
             seq,
         })
@@ -470,7 +534,10 @@ impl StreamWriter {
         };
         let changes: Vec<(usize, u64, &[u8])> = submissions
             .iter()
-            .map(|s| (s.volume, node.epochs[s.volume], &s.redo[..]))
+            .map(|s| {
+                let epoch = node.epochs[s.volume].load(Ordering::Relaxed);
+                (s.volume, epoch, &s.redo[..])
+            })
             .collect();
         let bytes = Window::encode(&at, &changes);
         Storing {
@@ -487,7 +554,7 @@ impl StreamWriter {
             lock(&self.outbox.windows).queue.pop_front();
             self.node.landed.store(stored.seq, Ordering::SeqCst);
         }
-        let mut counted = vec![0; self.node.epochs.len()];
+        let mut counted = vec![0; self.node.volumes.len()];
         for submission in stored.submissions {
             counted[submission.volume] += submission.redo.len();
             (submission.on_landed)(landed.clone());
@@ -502,8 +569,8 @@ impl StreamWriter {
     }
 
     /// Takes the oldest window not being stored when it is closed: another window waits
-    /// behind it, it is full, every volume submitted to it (none can add more before its
-    /// answer), its linger is over, or the stream is closing.
+    /// behind it, it is full, every volume this node holds submitted to it (none can add more
+    /// before its answer), its linger is over, or the stream is closing.
     fn next_step(&self) -> Step {
         let mut windows = lock(&self.outbox.windows);
         let (closed, count) = (windows.closed, windows.queue.len());
@@ -519,7 +586,7 @@ impl StreamWriter {
         let ready = at + 1 < count
             || closed
             || window.bytes >= self.max_window_bytes
-            || window.volumes.iter().all(|&submitted| submitted)
+            || window.submitters >= self.node.held.load(Ordering::Relaxed)
             || Instant::now() >= until;
         if !ready {
             return Step::Wait(Some(until));

@@ -25,6 +25,8 @@ pub(super) struct Taker<'a> {
     pub keys: &'a Keys,
     pub node: &'a str,
     pub inc: u64,
+    /// The first window of this incarnation's stream that may hold the volumes taken.
+    first: u64,
     /// Where each stream taken from another incarnation was sealed.
     seals: HashMap<(String, u64), u64>,
     cache: HashMap<String, Arc<StreamObject>>,
@@ -86,12 +88,19 @@ pub(super) async fn claim(objects: &Objects, keys: &Keys, node: &str) -> Result<
 }
 
 impl<'a> Taker<'a> {
-    pub(super) fn new(objects: &'a Objects, keys: &'a Keys, node: &'a str, inc: u64) -> Self {
+    pub(super) fn new(
+        objects: &'a Objects,
+        keys: &'a Keys,
+        node: &'a str,
+        inc: u64,
+        first: u64,
+    ) -> Self {
         Self {
             objects,
             keys,
             node,
             inc,
+            first,
             seals: HashMap::new(),
             cache: HashMap::new(),
             cached_bytes: 0,
@@ -230,7 +239,7 @@ impl<'a> Taker<'a> {
         Segment {
             node: self.node.to_owned(),
             inc: self.inc,
-            first: 1,
+            first: self.first,
             end: None,
         }
     }
