@@ -80,6 +80,12 @@ pub enum StoreError {
         /// The file and what is wrong with it.
         reason: String,
     },
+    /// The partition's volume is held by another node of the cluster.
+    #[error("volume {volume}, which holds this partition, is held by another node")]
+    Elsewhere {
+        /// The volume.
+        volume: usize,
+    },
     /// The write did not land in the replica's stream (see `replication.rs`): its answer did
     /// not come in time (it may still land; the volume refuses writes until that is known),
     /// or another owner fenced the stream (it never will, and the volume refuses writes).
@@ -100,7 +106,8 @@ impl StoreError {
             | Self::Thread(_)
             | Self::SchemaTooNew { .. }
             | Self::Cold(_)
-            | Self::Replica { .. } => ErrorCode::Unavailable,
+            | Self::Replica { .. }
+            | Self::Elsewhere { .. } => ErrorCode::Unavailable,
             Self::InvalidOffset { .. } | Self::NegativeOffset { .. } => ErrorCode::InvalidOffset,
             Self::Truncated { .. } => ErrorCode::LogTruncated,
             Self::InvalidLimit => ErrorCode::InvalidRequest,

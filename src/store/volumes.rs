@@ -7,7 +7,7 @@
 //! (which would hand out its offsets anew).
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::{
     DuePartition, DuePosition, LogStore, StoreError, StoreOptions, Stream, SyncMode, Volume,
@@ -18,14 +18,34 @@ use crate::names::{PartitionId, validate_topic};
 
 /// The volumes of a data folder. See the module docs.
 pub(crate) struct Volumes {
-    /// The volumes that opened, by index; `None` for one that could not be opened.
-    volumes: Vec<Option<Arc<Volume>>>,
-    /// Why each volume that could not be opened could not: a partition found in no other
-    /// volume may be stored there, so it is answered `corrupted` rather than created again
-    /// (which would hand out its offsets anew).
-    unopened: Vec<Unopened>,
+    /// Each volume, by index.
+    slots: RwLock<Vec<Slot>>,
     /// Volumes that new partitions are spread over (`storage.volumes`).
     spread: usize,
+    /// What opening a volume later needs (see [`Volumes::attach`]).
+    dir: PathBuf,
+    sync: SyncMode,
+    stream: Option<Arc<dyn Stream>>,
+}
+
+/// One volume of the folder, as this node has it.
+enum Slot {
+    Open(Arc<Volume>),
+    /// It could not be opened: a partition found in no other volume may be stored there, so
+    /// it is answered `corrupted` rather than created again (which would hand out its offsets
+    /// anew).
+    Unopened(Unopened),
+    /// Another node holds it (a cluster's volumes are spread over its nodes).
+    Elsewhere,
+}
+
+impl Slot {
+    fn open(&self) -> Option<&Arc<Volume>> {
+        match self {
+            Self::Open(volume) => Some(volume),
+            Self::Unopened(_) | Self::Elsewhere => None,
+        }
+    }
 }
 
 /// Why the volumes of a data folder cannot serve at all.
@@ -81,43 +101,78 @@ impl Volumes {
         while dir.join(Volume::file_name(count)).exists() {
             count += 1;
         }
-        let mut volumes = Vec::with_capacity(count);
-        let mut unopened = Vec::new();
+        let volumes = Self::held_elsewhere(dir, spread, sync, stream);
         for index in 0..count {
-            let path = dir.join(Volume::file_name(index));
-            let replica = stream.clone().map(|stream| VolumeReplica {
-                stream,
-                volume: index,
-            });
-            match Volume::open_replicated(&path, sync, replica) {
-                Ok(volume) => volumes.push(Some(volume)),
-                Err(error @ StoreError::SchemaTooNew { .. }) => {
-                    return Err(VolumesError::TooNew { path, error });
-                }
-                Err(err) => {
-                    let unopenable = Unopened {
-                        path,
-                        cause: with_causes(&err),
-                    };
-                    log::error!(
-                        "{unopenable}; its partitions answer `corrupted`, the other volumes \
-                         serve on"
-                    );
-                    volumes.push(None);
-                    unopened.push(unopenable);
-                }
-            }
+            volumes.attach(index)?;
         }
-        Ok(Self {
-            volumes,
-            unopened,
+        Ok(volumes)
+    }
+
+    /// The `spread` volumes of the data folder `dir`, every one held by another node until
+    /// [`Volumes::attach`] opens it here.
+    pub(crate) fn held_elsewhere(
+        dir: &Path,
+        spread: usize,
+        sync: SyncMode,
+        stream: Option<Arc<dyn Stream>>,
+    ) -> Self {
+        Self {
+            slots: RwLock::new((0..spread).map(|_| Slot::Elsewhere).collect()),
             spread,
-        })
+            dir: dir.to_owned(),
+            sync,
+            stream,
+        }
+    }
+
+    /// Opens volume `index` of the data folder, which this node now holds. A volume that
+    /// cannot be opened (damaged) is logged and left out, so the others serve on. Blocks on
+    /// SQLite.
+    ///
+    /// # Errors
+    /// [`VolumesError::TooNew`] when the volume was written by a newer version.
+    pub(crate) fn attach(&self, index: usize) -> Result<(), VolumesError> {
+        let path = self.dir.join(Volume::file_name(index));
+        let replica = self.stream.clone().map(|stream| VolumeReplica {
+            stream,
+            volume: index,
+        });
+        let slot = match Volume::open_replicated(&path, self.sync, replica) {
+            Ok(volume) => Slot::Open(volume),
+            Err(error @ StoreError::SchemaTooNew { .. }) => {
+                return Err(VolumesError::TooNew { path, error });
+            }
+            Err(err) => {
+                let unopened = Unopened {
+                    path,
+                    cause: with_causes(&err),
+                };
+                log::error!(
+                    "{unopened}; its partitions answer `corrupted`, the other volumes serve on"
+                );
+                Slot::Unopened(unopened)
+            }
+        };
+        let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
+        if slots.len() <= index {
+            slots.resize_with(index + 1, || Slot::Elsewhere);
+        }
+        slots[index] = slot;
+        Ok(())
     }
 
     /// How many volumes the data folder has, opened or not.
     pub(crate) fn count(&self) -> usize {
-        self.volumes.len()
+        self.slots().len()
+    }
+
+    /// Whether volume `index` is open on this node.
+    pub(crate) fn holds(&self, index: usize) -> bool {
+        self.slots().get(index).is_some_and(|slot| slot.open().is_some())
+    }
+
+    fn slots(&self) -> std::sync::RwLockReadGuard<'_, Vec<Slot>> {
+        self.slots.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Opens `id`'s store in the volume that holds it or, if `create` and none does, adds it
@@ -134,21 +189,28 @@ impl Volumes {
         create: bool,
     ) -> Result<Option<(Arc<Volume>, LogStore)>, StoreError> {
         let home = crate::routing::fnv1a_utf16(&id.to_string()) as usize % self.spread;
-        let others = self
-            .volumes
+        let slots = self.slots();
+        if let Some(Slot::Elsewhere) = slots.get(home) {
+            return Err(StoreError::Elsewhere { volume: home });
+        }
+        let others = slots
             .iter()
             .enumerate()
-            .filter_map(|(index, volume)| volume.as_ref().filter(|_| index != home));
+            .filter_map(|(index, slot)| slot.open().filter(|_| index != home));
         for volume in others {
             let found = LogStore::open_in(volume, id.topic(), id.index(), options.clone(), false)?;
             if let Some(store) = found {
                 return Ok(Some((volume.clone(), store)));
             }
         }
+        let unopened = slots.iter().find_map(|slot| match slot {
+            Slot::Unopened(unopened) => Some(unopened),
+            Slot::Open(_) | Slot::Elsewhere => None,
+        });
         // Created only when no volume that could not be opened, or that lost commits, may hold
         // it already.
-        let create = create && self.unopened.is_empty() && self.lost().next().is_none();
-        let found = match &self.volumes[home] {
+        let create = create && unopened.is_none() && lost(&slots).next().is_none();
+        let found = match slots[home].open() {
             Some(volume) => {
                 LogStore::open_in(volume, id.topic(), id.index(), options.clone(), create)?
                     .map(|store| (volume.clone(), store))
@@ -158,13 +220,13 @@ impl Volumes {
         if found.is_some() {
             return Ok(found);
         }
-        if let Some(unopened) = self.unopened.first() {
+        if let Some(unopened) = unopened {
             return Err(StoreError::Corrupted {
                 reason: format!("{id} may be stored in {unopened}"),
             });
         }
         // It may be in a volume that lost commits: its home volume if that one did.
-        let mut lost = self.volumes[home].iter().chain(self.lost());
+        let mut lost = slots[home].open().into_iter().chain(lost(&slots));
         Ok(lost.find_map(|volume| {
             LogStore::open_unlisted(volume, options.clone()).map(|store| (volume.clone(), store))
         }))
@@ -173,22 +235,25 @@ impl Volumes {
     /// Each damaged volume's index and what is wrong with it: `malformed`, `lost` (see
     /// [`DamageKind`](super::DamageKind)), or `unopenable`.
     pub(crate) fn damaged(&self) -> Vec<(usize, &'static str)> {
-        let kind = |volume: &Option<Arc<Volume>>| match volume {
-            None => Some("unopenable"),
-            Some(volume) => volume.damage().map(|kind| kind.as_str()),
+        let kind = |slot: &Slot| match slot {
+            Slot::Unopened(_) => Some("unopenable"),
+            Slot::Open(volume) => volume.damage().map(|kind| kind.as_str()),
+            Slot::Elsewhere => None,
         };
-        let volumes = self.volumes.iter().enumerate();
-        volumes
-            .filter_map(|(index, volume)| Some((index, kind(volume)?)))
+        let slots = self.slots();
+        let damaged = slots.iter().enumerate();
+        damaged
+            .filter_map(|(index, slot)| Some((index, kind(slot)?)))
             .collect()
     }
 
-    /// The volumes that hold fewer commits than they acknowledged.
-    fn lost(&self) -> impl Iterator<Item = &Arc<Volume>> {
-        self.volumes
+    /// The volumes open here.
+    fn open_volumes(&self) -> Vec<Arc<Volume>> {
+        self.slots()
             .iter()
-            .flatten()
-            .filter(|volume| volume.known_loss().is_some())
+            .filter_map(Slot::open)
+            .cloned()
+            .collect()
     }
 
     /// Reviews every volume's due times under the retention limits `limits` (see
@@ -197,7 +262,7 @@ impl Volumes {
     /// # Errors
     /// A storage failure.
     pub(crate) fn review_due_times(&self, limits: &str) -> Result<(), StoreError> {
-        for volume in self.volumes.iter().flatten() {
+        for volume in self.open_volumes() {
             if volume.review_due_times(limits)? {
                 log::info!(
                     "{}: the retention limits changed: every partition with hot records runs \
@@ -210,8 +275,8 @@ impl Volumes {
     }
 
     /// Up to `limit` partitions of volume `volume` whose retention is due at `now`, after
-    /// `after` (see [`Volume::due`]); none from a volume that is damaged (never written) or
-    /// could not be opened. Blocks on SQLite.
+    /// `after` (see [`Volume::due`]); none from a volume that is damaged (never written), could
+    /// not be opened or is held elsewhere. Blocks on SQLite.
     ///
     /// # Errors
     /// A storage failure.
@@ -222,8 +287,9 @@ impl Volumes {
         after: DuePosition,
         limit: usize,
     ) -> Result<Vec<DuePartition>, StoreError> {
-        match self.volumes.get(volume) {
-            Some(Some(volume)) if volume.damage().is_none() => volume.due(now, after, limit),
+        let volume = self.slots().get(volume).and_then(Slot::open).cloned();
+        match volume {
+            Some(volume) if volume.damage().is_none() => volume.due(now, after, limit),
             _ => Ok(Vec::new()),
         }
     }
@@ -231,7 +297,7 @@ impl Volumes {
     /// Closes every volume (see [`Volume::close`]), logging failures. Blocks until each
     /// volume's committer stopped.
     pub(crate) fn close(&self) {
-        for volume in self.volumes.iter().flatten() {
+        for volume in self.open_volumes() {
             if let Err(err) = volume.close() {
                 log::error!("{}: cannot close: {err}", volume.path().display());
             }
@@ -253,14 +319,24 @@ impl Volumes {
         let unvouched = |reason: String| StoreError::Corrupted {
             reason: format!("the topics cannot be listed: {reason}"),
         };
-        if let Some(unopened) = self.unopened.first() {
-            return Err(unvouched(unopened.to_string()));
-        }
-        if let Some(loss) = self.lost().find_map(|volume| volume.known_loss()) {
-            return Err(unvouched(loss.to_owned()));
-        }
+        let volumes = {
+            let slots = self.slots();
+            for slot in slots.iter() {
+                if let Slot::Unopened(unopened) = slot {
+                    return Err(unvouched(unopened.to_string()));
+                }
+            }
+            if let Some(loss) = lost(&slots).find_map(|volume| volume.known_loss()) {
+                return Err(unvouched(loss.to_owned()));
+            }
+            slots
+                .iter()
+                .filter_map(Slot::open)
+                .cloned()
+                .collect::<Vec<_>>()
+        };
         let mut topics = Vec::new();
-        for volume in self.volumes.iter().flatten() {
+        for volume in volumes {
             topics.extend(volume.topics_after(after, limit.saturating_add(1))?);
         }
         topics.sort();
@@ -269,6 +345,14 @@ impl Volumes {
         topics.truncate(limit);
         Ok((topics, more))
     }
+}
+
+/// The volumes of `slots` that hold fewer commits than they acknowledged.
+fn lost(slots: &[Slot]) -> impl Iterator<Item = &Arc<Volume>> {
+    slots
+        .iter()
+        .filter_map(Slot::open)
+        .filter(|volume| volume.known_loss().is_some())
 }
 
 /// A volume that could not be opened, and why.
