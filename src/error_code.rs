@@ -40,6 +40,9 @@ pub enum ErrorCode {
     LogTruncated,
     /// `413`: the request body is larger than the server accepts.
     PayloadTooLarge,
+    /// `421`: a request forwarded by another node of the cluster reached a node that does not
+    /// own the partition's volume (any more); the forwarder reads the owners again.
+    NotOwner,
     /// `500`: the configuration is invalid.
     InvalidConfig,
     /// `500`: the partition's volume is damaged and refuses writes (see the README's
@@ -54,7 +57,7 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of their statuses.
-    pub const ALL: [Self; 17] = [
+    pub const ALL: [Self; 18] = [
         Self::InvalidRequest,
         Self::InvalidName,
         Self::BatchTooLarge,
@@ -68,6 +71,7 @@ impl ErrorCode {
         Self::LeasesDisabled,
         Self::LogTruncated,
         Self::PayloadTooLarge,
+        Self::NotOwner,
         Self::InvalidConfig,
         Self::Corrupted,
         Self::Overloaded,
@@ -90,6 +94,7 @@ impl ErrorCode {
             Self::LeasesDisabled => "leases_disabled",
             Self::LogTruncated => "log_truncated",
             Self::PayloadTooLarge => "payload_too_large",
+            Self::NotOwner => "not_owner",
             Self::InvalidConfig => "invalid_config",
             Self::Corrupted => "corrupted",
             Self::Overloaded => "overloaded",
@@ -111,6 +116,7 @@ impl ErrorCode {
             Self::LeaseNotHeld | Self::LeasesDisabled => 409,
             Self::LogTruncated => 410,
             Self::PayloadTooLarge => 413,
+            Self::NotOwner => 421,
             Self::InvalidConfig | Self::Corrupted => 500,
             Self::Overloaded | Self::Unavailable => 503,
         }

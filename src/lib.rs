@@ -88,6 +88,7 @@
 #![warn(missing_docs)]
 
 pub mod clock;
+pub mod cluster;
 pub mod cold;
 pub mod config;
 pub mod error;

@@ -8,6 +8,7 @@
 
 mod consume;
 pub mod error;
+mod forward;
 mod leases;
 pub mod metrics;
 pub mod openapi;
@@ -60,6 +61,7 @@ macro_rules! api_routes {
             "/topics/{topic}/partitions/{partition}/load" => get operations::load;
             "/topics/{topic}/partitions/{partition}/trim" => post operations::trim;
             "/topics/{topic}/partitions/{partition}/cold/forget" => post operations::forget_cold;
+            "/cluster" => get operations::cluster;
         }
     };
 }
@@ -91,6 +93,8 @@ pub struct HttpState {
     /// Longest long-poll wait (`server.max_wait_ms`).
     max_wait: std::time::Duration,
     metrics: Metrics,
+    /// In a cluster: the connections that forward requests to the other nodes.
+    forwarder: Option<forward::Forwarder>,
     /// `GET /openapi.json`'s answer, the document of this server's configuration, written on
     /// first request.
     openapi: std::sync::OnceLock<web::Bytes>,
@@ -116,6 +120,7 @@ impl HttpState {
         let max_body_bytes = server.max_body_bytes;
         let request_timeout = std::time::Duration::from_millis(server.request_timeout_ms);
         let max_wait = std::time::Duration::from_millis(server.max_wait_ms);
+        let forwarder = log.cluster().map(|_| forward::Forwarder::new(max_wait));
         Self {
             log,
             auth_token,
@@ -123,6 +128,7 @@ impl HttpState {
             request_timeout,
             max_wait,
             metrics,
+            forwarder,
             openapi: std::sync::OnceLock::new(),
         }
     }
@@ -155,6 +161,7 @@ pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web:
         );
         cfg.service(
             web::scope("")
+                .wrap(from_fn(forward::to_owner))
                 .wrap(from_fn(refuse_declared_oversize))
                 .wrap(
                     ErrorHandlers::new()

@@ -99,6 +99,29 @@ struct TopicDetail {
     partitions: Vec<PartitionDetail>,
 }
 
+/// `GET /cluster`: the members of this node's cluster, the volumes each owns, and what is
+/// moving, as this node last read them from etcd.
+#[utoipa::path(
+    get,
+    path = "/cluster",
+    tag = "operations",
+    operation_id = "getCluster",
+    summary = "The cluster's members and who owns which volume",
+    responses(
+        (status = 200, description = "The cluster as this node sees it", body = crate::cluster::ClusterStatus),
+        (status = 404, description = "`not_found`: this node is not in a cluster", body = ErrorBody),
+    )
+)]
+pub async fn cluster(state: web::Data<HttpState>) -> Result<HttpResponse, ApiError> {
+    let cluster = state.log.cluster().ok_or_else(|| {
+        ApiError::new(
+            crate::error::ErrorCode::NotFound,
+            "this node is not in a cluster (cluster.etcd_endpoints is empty)",
+        )
+    })?;
+    Ok(HttpResponse::Ok().json(cluster.status()))
+}
+
 /// `GET /healthz`: `{"status": "ok"}`, without auth.
 #[utoipa::path(
     get,

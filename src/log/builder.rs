@@ -9,6 +9,7 @@ use super::dead_letter::DeadLetterTopic;
 use super::long_poll::WaitsReleased;
 use super::{Inner, Log};
 use crate::clock::Clock;
+use crate::cluster::Cluster;
 use crate::cold::ColdStore;
 use crate::config::Config;
 use crate::config::ReplicationKind;
@@ -71,34 +72,60 @@ impl LogBuilder {
         };
         let storage = &config.storage;
         let replica_counters = Arc::new(ReplicaCounters::default());
-        let stream = match config.replication.kind {
+        let cannot_take = |err: ReplicaError| {
+            Error::unavailable(None, "cannot take the volumes", Some(err.into()))
+        };
+        let cluster = if config.cluster.enabled() {
+            let node = config.replication.node();
+            Some(Cluster::connect(&config.cluster, &node).map_err(|err| {
+                Error::unavailable(None, "cannot join the cluster", Some(err.into()))
+            })?)
+        } else {
+            None
+        };
+        let volume_count = cluster
+            .as_ref()
+            .map_or(storage.volumes, Cluster::volume_count);
+        let replicator = match config.replication.kind {
             ReplicationKind::None => None,
-            ReplicationKind::S3 => {
-                let cannot_take = |err: ReplicaError| {
-                    Error::unavailable(None, "cannot take the volumes", Some(err.into()))
-                };
-                let replicator = Replicator::start(
+            ReplicationKind::S3 => Some(
+                Replicator::start(
                     &config.replication,
                     &config.cold.s3(),
                     &storage.data_dir,
-                    storage.volumes,
+                    volume_count,
                     replica_counters.clone(),
                 )
-                .map_err(cannot_take)?;
-                replicator
-                    .take_blocking((0..storage.volumes).collect())
-                    .map_err(cannot_take)?;
-                Some(replicator as Arc<dyn Stream>)
-            }
+                .map_err(cannot_take)?,
+            ),
         };
-        let volumes = Volumes::open(&storage.data_dir, storage.volumes, storage.sync, stream)
-            .map_err(|err| Error::unavailable(None, err.to_string(), None))?;
+        let stream = replicator
+            .clone()
+            .map(|replicator| replicator as Arc<dyn Stream>);
+        let volumes = match (&cluster, &replicator) {
+            // A cluster's node opens the volumes it takes, as it takes them.
+            (Some(_), _) => {
+                Volumes::held_elsewhere(&storage.data_dir, volume_count, storage.sync, stream)
+            }
+            (None, Some(replicator)) => {
+                replicator
+                    .take_blocking((0..volume_count).collect())
+                    .map_err(cannot_take)?;
+                Volumes::open(&storage.data_dir, volume_count, storage.sync, stream)
+                    .map_err(|err| Error::unavailable(None, err.to_string(), None))?
+            }
+            (None, None) => Volumes::open(&storage.data_dir, volume_count, storage.sync, stream)
+                .map_err(|err| Error::unavailable(None, err.to_string(), None))?,
+        };
         volumes
             .review_due_times(&config.retention_limits())
             .map_err(|err| {
                 Error::unavailable(None, "cannot review the due times", Some(err.into()))
             })?;
         let volumes = Arc::new(volumes);
+        if let (Some(cluster), Some(replicator)) = (&cluster, replicator) {
+            cluster.serve(replicator, volumes.clone(), replica_counters.clone());
+        }
         let clock = self.clock;
         let custom = self.dead_letter;
         let signals = Arc::new(Signals::default());
@@ -120,6 +147,7 @@ impl LogBuilder {
                     waits_released: waits_released.clone(),
                     addresses: addresses.clone(),
                     replica_counters: replica_counters.clone(),
+                    cluster: cluster.clone(),
                 }),
             };
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
@@ -158,6 +186,7 @@ impl LogBuilder {
                 waits_released,
                 addresses,
                 replica_counters,
+                cluster,
             }),
         })
     }

@@ -37,6 +37,7 @@ use std::sync::Arc;
 use actix::{Addr, MailboxError, Message};
 
 use crate::clock::{Clock, SystemClock};
+use crate::cluster::Cluster;
 use crate::config::Config;
 use crate::error::Error;
 use crate::names::{PartitionId, validate_group};
@@ -69,6 +70,8 @@ struct Inner {
     addresses: Arc<Addresses>,
     /// What replication did, for the metrics (zero without replication).
     replica_counters: Arc<ReplicaCounters>,
+    /// This node's part in a cluster, if it is in one.
+    cluster: Option<Cluster>,
 }
 
 impl std::fmt::Debug for Log {
@@ -311,6 +314,11 @@ impl Log {
         self.inner.replica_counters.clone()
     }
 
+    /// This node's part in a cluster (`[cluster]`), if it is in one.
+    pub fn cluster(&self) -> Option<&Cluster> {
+        self.inner.cluster.as_ref()
+    }
+
     /// The counts of partitions opened and closed since the log opened, and of requests
     /// refused because every open partition was busy. Does not block.
     pub fn partition_counters(&self) -> Arc<PartitionCounters> {
@@ -337,7 +345,12 @@ impl Log {
     /// `unavailable` when the registry is gone.
     pub async fn shutdown(&self) -> Result<(), Error> {
         self.release_waits();
-        Ok(self.inner.registry.send(Shutdown).await?)
+        self.inner.registry.send(Shutdown).await?;
+        // Every volume is closed and what it wrote landed: the other nodes may take them now.
+        if let Some(cluster) = &self.inner.cluster {
+            cluster.leave().await;
+        }
+        Ok(())
     }
 
     /// Answers every waiting long-poll now, with what it has (an empty page when nothing came),

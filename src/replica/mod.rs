@@ -256,6 +256,11 @@ impl Replicator {
         }))
     }
 
+    /// This node's incarnation: the number of its stream.
+    pub(crate) fn inc(&self) -> u64 {
+        self.inc
+    }
+
     /// Takes `volumes` for this incarnation (see [`take`]): each local copy is brought up to
     /// its history, the previous owner's stream sealed, and the manifest names this
     /// incarnation. The volume's file may be opened once this answers, not before.

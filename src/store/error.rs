@@ -106,8 +106,8 @@ impl StoreError {
             | Self::Thread(_)
             | Self::SchemaTooNew { .. }
             | Self::Cold(_)
-            | Self::Replica { .. }
-            | Self::Elsewhere { .. } => ErrorCode::Unavailable,
+            | Self::Replica { .. } => ErrorCode::Unavailable,
+            Self::Elsewhere { .. } => ErrorCode::NotOwner,
             Self::InvalidOffset { .. } | Self::NegativeOffset { .. } => ErrorCode::InvalidOffset,
             Self::Truncated { .. } => ErrorCode::LogTruncated,
             Self::InvalidLimit => ErrorCode::InvalidRequest,

@@ -168,7 +168,9 @@ impl Volumes {
 
     /// Whether volume `index` is open on this node.
     pub(crate) fn holds(&self, index: usize) -> bool {
-        self.slots().get(index).is_some_and(|slot| slot.open().is_some())
+        self.slots()
+            .get(index)
+            .is_some_and(|slot| slot.open().is_some())
     }
 
     fn slots(&self) -> std::sync::RwLockReadGuard<'_, Vec<Slot>> {

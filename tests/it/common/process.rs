@@ -101,6 +101,18 @@ impl Server {
         assert!(sent.success(), "kill -{name} {}", self.child.id());
     }
 
+    /// The process's exit status, once it exited by itself within `within`.
+    pub fn wait_for_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let started = std::time::Instant::now();
+        while started.elapsed() < within {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
     /// SIGKILL, and reap the process.
     pub fn kill(&mut self) {
         self.child.kill().expect("SIGKILL the server");

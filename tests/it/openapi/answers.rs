@@ -25,6 +25,7 @@ async fn answers_match_the_document() {
 
     exchange!(&app, document, "get", "/healthz", "/healthz");
     exchange!(&app, document, "get", "/openapi.json", "/openapi.json");
+    exchange!(&app, document, "get", "/cluster", "/cluster");
     let metrics =
         test::call_service(&app, request("get", "/metrics", None, None).to_request()).await;
     let status = metrics.status().as_u16();

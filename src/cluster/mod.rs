@@ -1,0 +1,651 @@
+//! A cluster: several nodes over one bucket share the volumes, with etcd deciding who owns
+//! which (`README.md`, "Running a cluster").
+//!
+//! Keys, all under `/durability/{cluster.name}/`, and all but `config` under the writing node's
+//! etcd lease, so they vanish when it stops renewing it:
+//! - `members/{node}`: `{url, inc}`, how other nodes reach this incarnation;
+//! - `owners/{volume}`: `{node, inc}`, created only where absent;
+//! - `config`: `{volumes}`, the volume count, written once by the first node.
+//!
+//! Nothing is written per partition or per write: etcd sees writes only when nodes join, leave
+//! or fail. Each node reads the members and owners every [`tick`] and claims the unowned
+//! volumes that rendezvous hashing gives it ([`placement`]), then takes them through the
+//! replica (sealing the previous owner's stream: a node that lost its lease can land nothing
+//! more, whatever it believes). A node that cannot renew its lease for its TTL, or whose stream
+//! another node sealed, stops its process: it owns nothing any more, and starts again as a new
+//! incarnation.
+
+pub(crate) mod etcd;
+pub mod placement;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::ClusterSettings;
+use crate::replica::Replicator;
+use crate::store::{ReplicaCounters, Volumes};
+use etcd::{Etcd, EtcdError, KeyValue, LeaseId};
+
+/// The exit status of a node that stopped because it may own nothing any more.
+pub const EXIT_LEASE_LOST: i32 = 3;
+
+/// Longest wait for one answer of etcd.
+const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How a node reaches another, as it registered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// Its `cluster.advertise_url`.
+    pub url: String,
+    /// Its incarnation (its replica stream).
+    pub inc: u64,
+}
+
+/// Who owns a volume.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    /// The node.
+    pub node: String,
+    /// Its incarnation.
+    pub inc: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct ClusterConfig {
+    volumes: usize,
+}
+
+/// Where a volume is served from, as this node last saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Here: the volume is open on this node.
+    Local,
+    /// At this node's URL.
+    Remote(String),
+    /// Nowhere yet: its owner failed and no node has taken it, or its new owner is taking it.
+    Unowned,
+}
+
+/// What this node last read of etcd.
+#[derive(Debug, Default)]
+struct View {
+    members: BTreeMap<String, Member>,
+    owners: Vec<Option<Owner>>,
+}
+
+/// What the cluster did since this node started, for `GET /metrics`.
+#[derive(Debug, Default)]
+pub struct ClusterCounters {
+    /// Volumes this node took.
+    pub takeovers: AtomicU64,
+    /// Milliseconds those takes lasted, from finding the volume unowned to serving it.
+    pub takeover_ms: AtomicU64,
+    /// Requests forwarded to another node.
+    pub forwards: AtomicU64,
+    /// Forwarded requests that reached no owner (answered `503`).
+    pub forward_failures: AtomicU64,
+    /// Changes of a volume's owner seen in etcd.
+    pub ownership_changes: AtomicU64,
+}
+
+/// This node's part in a cluster: its view of who owns what (read by the router) and the task
+/// that keeps its lease and claims its volumes. Cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node", &self.shared.node)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Shared {
+    node: String,
+    url: String,
+    prefix: String,
+    etcd: Etcd,
+    ttl: Duration,
+    volume_count: usize,
+    view: RwLock<View>,
+    /// Set once the node serves: the volumes it opens as it takes them.
+    volumes: OnceLock<Arc<Volumes>>,
+    /// Volumes this node is taking now.
+    taking: RwLock<Vec<usize>>,
+    /// This incarnation's lease, once it joined.
+    lease: OnceLock<LeaseId>,
+    /// Set when the node leaves: its lease ends on purpose.
+    leaving: AtomicBool,
+    /// Told of every change under the cluster's keys (a watch).
+    changed: tokio::sync::Notify,
+    runtime: tokio::runtime::Handle,
+    counters: ClusterCounters,
+}
+
+/// Why a node cannot join its cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// etcd did not answer, or refused.
+    #[error("etcd: {0}")]
+    Etcd(String),
+    /// What etcd holds does not allow it.
+    #[error("{0}")]
+    Refused(String),
+}
+
+impl From<EtcdError> for ClusterError {
+    fn from(err: EtcdError) -> Self {
+        Self::Etcd(err.to_string())
+    }
+}
+
+impl Cluster {
+    /// Connects to the cluster's etcd and reads the volume count (recording `settings.volumes`
+    /// when this node is the first). Starts the cluster's thread; blocks until etcd answered.
+    ///
+    /// # Errors
+    /// [`ClusterError`] when etcd cannot be reached, or its thread cannot start.
+    pub fn connect(settings: &ClusterSettings, node: &str) -> Result<Self, ClusterError> {
+        let endpoints = settings.endpoints();
+        let etcd = Etcd::new(endpoints, ETCD_TIMEOUT);
+        let prefix = format!("/durability/{}/", settings.name);
+        let (ready, connected) = std::sync::mpsc::channel();
+        let config_key = format!("{prefix}config");
+        let wanted = settings.volumes;
+        let config_etcd = etcd.clone();
+        std::thread::Builder::new()
+            .name("durability-cluster".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime,
+                    Err(err) => {
+                        let _ = ready.send(Err(ClusterError::Refused(err.to_string())));
+                        return;
+                    }
+                };
+                runtime.block_on(async move {
+                    let count = volume_count(&config_etcd, &config_key, wanted).await;
+                    let _ =
+                        ready.send(count.map(|count| (count, tokio::runtime::Handle::current())));
+                    // The runtime serves the tasks spawned on it for the process's life.
+                    std::future::pending::<()>().await;
+                });
+            })
+            .map_err(|err| ClusterError::Refused(format!("the cluster's thread: {err}")))?;
+        let (volume_count, runtime) = connected
+            .recv()
+            .map_err(|_| ClusterError::Refused("the cluster's thread stopped".into()))??;
+        log::info!(
+            "cluster {}: {volume_count} volumes, this node is {node} at {}",
+            settings.name,
+            settings.advertise_url
+        );
+        Ok(Self {
+            shared: Arc::new(Shared {
+                node: node.to_owned(),
+                url: settings.advertise_url.trim_end_matches('/').to_owned(),
+                prefix,
+                etcd,
+                ttl: Duration::from_millis(settings.lease_ttl_ms),
+                volume_count,
+                view: RwLock::new(View {
+                    members: BTreeMap::new(),
+                    owners: vec![None; volume_count],
+                }),
+                volumes: OnceLock::new(),
+                taking: RwLock::new(Vec::new()),
+                lease: OnceLock::new(),
+                leaving: AtomicBool::new(false),
+                changed: tokio::sync::Notify::new(),
+                runtime,
+                counters: ClusterCounters::default(),
+            }),
+        })
+    }
+
+    /// How many volumes the cluster's data is spread over.
+    pub fn volume_count(&self) -> usize {
+        self.shared.volume_count
+    }
+
+    /// This node's name.
+    pub fn node(&self) -> &str {
+        &self.shared.node
+    }
+
+    /// Joins the cluster as incarnation `inc` of this node and keeps claiming the volumes that
+    /// fall to it: `replicator` takes each, and `volumes` opens it.
+    pub(crate) fn serve(
+        &self,
+        replicator: Arc<Replicator>,
+        volumes: Arc<Volumes>,
+        replica_counters: Arc<ReplicaCounters>,
+    ) {
+        let _ = self.shared.volumes.set(volumes.clone());
+        let shared = self.shared.clone();
+        let inc = replicator.inc();
+        self.shared.runtime.spawn(async move {
+            let lease = match shared.join(inc).await {
+                Ok(lease) => lease,
+                Err(err) => fail_stop(&format!("cannot join the cluster: {err}")),
+            };
+            let _ = shared.lease.set(lease);
+            tokio::spawn(shared.clone().keep_lease(lease, replica_counters));
+            tokio::spawn(shared.clone().watch_changes());
+            shared
+                .claim_forever(inc, lease, &replicator, &volumes)
+                .await;
+        });
+    }
+
+    /// Where volume `volume` is served from, as this node last saw it.
+    pub fn route(&self, volume: usize) -> Route {
+        let shared = &self.shared;
+        if shared
+            .volumes
+            .get()
+            .is_some_and(|volumes| volumes.holds(volume))
+        {
+            return Route::Local;
+        }
+        let view = shared.view.read().unwrap_or_else(PoisonError::into_inner);
+        let owner = view.owners.get(volume).and_then(Option::as_ref);
+        match owner {
+            Some(owner) if owner.node != shared.node => view
+                .members
+                .get(&owner.node)
+                .filter(|member| member.inc == owner.inc)
+                .map_or(Route::Unowned, |member| Route::Remote(member.url.clone())),
+            _ => Route::Unowned,
+        }
+    }
+
+    /// Reads the members and owners from etcd again (a forwarded request met a node that does
+    /// not own the volume any more).
+    ///
+    /// # Errors
+    /// [`EtcdError`] when etcd does not answer.
+    pub(crate) async fn refresh(&self) -> Result<(), EtcdError> {
+        let shared = self.shared.clone();
+        self.shared
+            .runtime
+            .spawn(async move { shared.read_view().await.map(|_| ()) })
+            .await
+            .unwrap_or_else(|err| Err(EtcdError::Failed(err.to_string())))
+    }
+
+    /// What `GET /cluster` shows.
+    pub fn status(&self) -> ClusterStatus {
+        let shared = &self.shared;
+        let view = shared.view.read().unwrap_or_else(PoisonError::into_inner);
+        let mut members: BTreeMap<String, MemberStatus> = view
+            .members
+            .iter()
+            .map(|(node, member)| {
+                let status = MemberStatus {
+                    url: member.url.clone(),
+                    inc: member.inc,
+                    volumes: Vec::new(),
+                };
+                (node.clone(), status)
+            })
+            .collect();
+        let mut unowned = Vec::new();
+        for (volume, owner) in view.owners.iter().enumerate() {
+            match owner
+                .as_ref()
+                .and_then(|owner| members.get_mut(&owner.node))
+            {
+                Some(member) => member.volumes.push(volume),
+                None => unowned.push(volume),
+            }
+        }
+        ClusterStatus {
+            node: shared.node.clone(),
+            volumes: shared.volume_count,
+            members,
+            unowned,
+            taking: shared
+                .taking
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone(),
+        }
+    }
+
+    /// What the cluster did since this node started.
+    pub fn counters(&self) -> &ClusterCounters {
+        &self.shared.counters
+    }
+
+    /// Leaves the cluster once this node's volumes are closed: its lease is revoked, so its
+    /// keys go at once and the other nodes take its volumes without waiting for the lease to
+    /// expire (sealing its stream, after which it can land nothing more).
+    pub async fn leave(&self) {
+        let shared = self.shared.clone();
+        shared.leaving.store(true, Ordering::SeqCst);
+        let Some(&lease) = shared.lease.get() else {
+            return;
+        };
+        let revoked = self
+            .shared
+            .runtime
+            .spawn(async move { shared.etcd.revoke(lease).await })
+            .await;
+        match revoked {
+            Ok(Ok(())) => log::info!("cluster: left (lease revoked)"),
+            Ok(Err(err)) => log::warn!("cluster: revoking the lease failed: {err}"),
+            Err(err) => log::warn!("cluster: revoking the lease failed: {err}"),
+        }
+    }
+}
+
+/// `GET /cluster`: the members, the volumes each owns, and what is moving.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ClusterStatus {
+    /// The node that answered.
+    pub node: String,
+    /// How many volumes the data is spread over.
+    pub volumes: usize,
+    /// Each live node, by name.
+    pub members: BTreeMap<String, MemberStatus>,
+    /// Volumes no live node owns now (their owner failed, and they are being taken).
+    pub unowned: Vec<usize>,
+    /// Volumes the answering node is taking now.
+    pub taking: Vec<usize>,
+}
+
+/// One live node of the cluster, as `GET /cluster` shows it.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct MemberStatus {
+    /// How other nodes reach it.
+    pub url: String,
+    /// Its incarnation: its replica stream, sealed when another node takes its volumes.
+    pub inc: u64,
+    /// The volumes it owns.
+    pub volumes: Vec<usize>,
+}
+
+/// The cluster's volume count: the one recorded in `key`, or `wanted` recorded there by this
+/// first node.
+async fn volume_count(etcd: &Etcd, key: &str, wanted: usize) -> Result<usize, ClusterError> {
+    let record = serde_json::to_vec(&ClusterConfig { volumes: wanted }).expect("serializes");
+    etcd.create(key, &record, 0).await?;
+    let (found, _) = etcd.prefix(key).await?;
+    let found = found
+        .into_iter()
+        .find(|kv| kv.key == key)
+        .ok_or_else(|| ClusterError::Refused(format!("{key} vanished")))?;
+    let config: ClusterConfig = serde_json::from_slice(&found.value)
+        .map_err(|err| ClusterError::Refused(format!("{key}: {err}")))?;
+    if config.volumes != wanted {
+        log::warn!(
+            "cluster.volumes is {wanted}, but the cluster was created with {} volumes: it \
+             keeps them",
+            config.volumes
+        );
+    }
+    Ok(config.volumes)
+}
+
+/// Stops the process: this node may own nothing any more, and another may be taking its
+/// volumes. It comes back as a new incarnation.
+fn fail_stop(why: &str) -> ! {
+    log::error!("cluster: {why}; stopping (a new incarnation can join again)");
+    std::process::exit(EXIT_LEASE_LOST)
+}
+
+/// How often a node reads the members and owners when its watch tells it nothing (a watch
+/// cut off silently): a fifth of the lease, between 100 ms and 1 s.
+fn tick(ttl: Duration) -> Duration {
+    (ttl / 5).clamp(Duration::from_millis(100), Duration::from_secs(1))
+}
+
+impl Shared {
+    fn member_key(&self, node: &str) -> String {
+        format!("{}members/{node}", self.prefix)
+    }
+
+    fn owner_key(&self, volume: usize) -> String {
+        format!("{}owners/{volume:05}", self.prefix)
+    }
+
+    /// Registers this incarnation under a new lease. A lease of an earlier incarnation of this
+    /// node still registered is revoked: that process is gone (or must be), and its volumes
+    /// are free at once instead of at its lease's end.
+    async fn join(&self, inc: u64) -> Result<LeaseId, ClusterError> {
+        let lease = self.etcd.grant(self.ttl).await?;
+        let key = self.member_key(&self.node);
+        let (found, _) = self.etcd.prefix(&key).await?;
+        for earlier in found.iter().filter(|kv| kv.key == key && kv.lease != lease) {
+            if earlier.lease != 0 {
+                log::info!("cluster: revoking the lease of an earlier incarnation of this node");
+                self.etcd.revoke(earlier.lease).await?;
+            }
+        }
+        let member = Member {
+            url: self.url.clone(),
+            inc,
+        };
+        let value = serde_json::to_vec(&member).expect("serializes");
+        self.etcd.put(&key, &value, lease).await?;
+        Ok(lease)
+    }
+
+    /// Renews the lease a third of its TTL apart. A node that cannot for a whole TTL, or whose
+    /// stream another node sealed, stops (see [`fail_stop`]).
+    async fn keep_lease(self: Arc<Self>, lease: LeaseId, replica: Arc<ReplicaCounters>) {
+        let mut renewed = Instant::now();
+        loop {
+            tokio::time::sleep(self.ttl / 3).await;
+            if self.leaving.load(Ordering::SeqCst) {
+                return;
+            }
+            if replica.fenced() {
+                fail_stop("another node sealed this node's stream");
+            }
+            match self.etcd.keep_alive(lease).await {
+                Ok(true) => renewed = Instant::now(),
+                Ok(false) => fail_stop("this node's etcd lease expired"),
+                Err(err) => log::warn!("cluster: renewing the lease failed: {err}"),
+            }
+            if renewed.elapsed() >= self.ttl {
+                fail_stop("this node could not renew its etcd lease for its whole TTL");
+            }
+        }
+    }
+
+    /// Reads the members and owners, and stores them as this node's view. Answers when each
+    /// unowned volume was first seen so.
+    async fn read_view(&self) -> Result<(), EtcdError> {
+        let (kvs, _) = self.etcd.prefix(&self.prefix).await?;
+        let mut view = View {
+            members: BTreeMap::new(),
+            owners: vec![None; self.volume_count],
+        };
+        let members = format!("{}members/", self.prefix);
+        let owners = format!("{}owners/", self.prefix);
+        for KeyValue { key, value, .. } in kvs {
+            if let Some(node) = key.strip_prefix(&members) {
+                if let Ok(member) = serde_json::from_slice::<Member>(&value) {
+                    view.members.insert(node.to_owned(), member);
+                }
+            } else if let Some(volume) = key.strip_prefix(&owners) {
+                let volume = volume.parse::<usize>().ok();
+                let owner = serde_json::from_slice::<Owner>(&value).ok();
+                if let (Some(volume), Some(owner)) = (volume, owner)
+                    && let Some(slot) = view.owners.get_mut(volume)
+                {
+                    *slot = Some(owner);
+                }
+            }
+        }
+        let mut current = self.view.write().unwrap_or_else(PoisonError::into_inner);
+        let changes = current
+            .owners
+            .iter()
+            .zip(&view.owners)
+            .filter(|(before, after)| before != after)
+            .count();
+        self.counters
+            .ownership_changes
+            .fetch_add(changes as u64, Ordering::Relaxed);
+        *current = view;
+        Ok(())
+    }
+
+    /// The volumes this node should take now: those no live incarnation owns that rendezvous
+    /// hashing gives it, and those it claimed and has not taken yet.
+    fn due_to_take(&self, inc: u64, volumes: &Volumes) -> Vec<usize> {
+        let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+        let live = |owner: &Owner| {
+            view.members
+                .get(&owner.node)
+                .is_some_and(|member| member.inc == owner.inc)
+        };
+        let mine = Owner {
+            node: self.node.clone(),
+            inc,
+        };
+        (0..self.volume_count)
+            .filter(|&volume| !volumes.holds(volume))
+            .filter(|&volume| match &view.owners[volume] {
+                Some(owner) if *owner == mine => true,
+                Some(owner) if live(owner) => false,
+                _ => {
+                    placement::owner_of(volume, view.members.keys().map(String::as_str))
+                        == Some(self.node.as_str())
+                }
+            })
+            .collect()
+    }
+
+    /// Watches the cluster's keys, telling `changed` of each change: a member's lease expiring
+    /// is seen at once instead of at the next [`tick`]. Watches again when the watch ends.
+    async fn watch_changes(self: Arc<Self>) {
+        use futures_util::StreamExt;
+        while !self.leaving.load(Ordering::SeqCst) {
+            if let Ok((_, revision)) = self.etcd.prefix(&self.prefix).await {
+                let mut events = std::pin::pin!(self.etcd.watch(&self.prefix, revision + 1));
+                while let Some(Ok(_)) = events.next().await {
+                    self.changed.notify_one();
+                }
+            }
+            self.changed.notify_one();
+            tokio::time::sleep(tick(self.ttl)).await;
+        }
+    }
+
+    /// Reads the view whenever the keys change (and every [`tick`]) and takes the volumes due
+    /// to this node, for ever.
+    async fn claim_forever(
+        &self,
+        inc: u64,
+        lease: LeaseId,
+        replicator: &Replicator,
+        volumes: &Volumes,
+    ) {
+        let mine = serde_json::to_vec(&Owner {
+            node: self.node.clone(),
+            inc,
+        })
+        .expect("serializes");
+        // When each volume due here was first seen due: a takeover lasts from then.
+        let mut due_since: BTreeMap<usize, Instant> = BTreeMap::new();
+        // Nodes started together see one another before the first claims.
+        tokio::time::sleep(tick(self.ttl) * 2).await;
+        while !self.leaving.load(Ordering::SeqCst) {
+            if let Err(err) = self.read_view().await {
+                log::warn!("cluster: reading the members and owners failed: {err}");
+                let _ = tokio::time::timeout(tick(self.ttl), self.changed.notified()).await;
+                continue;
+            }
+            let due = self.due_to_take(inc, volumes);
+            due_since.retain(|volume, _| due.contains(volume));
+            let mut claimed = Vec::new();
+            for &volume in &due {
+                due_since.entry(volume).or_insert_with(Instant::now);
+                let key = self.owner_key(volume);
+                let owned = match self.etcd.create(&key, &mine, lease).await {
+                    Ok(true) => true,
+                    // Claimed by this incarnation earlier, and not taken yet.
+                    Ok(false) => self.owned_by(&key, &mine).await,
+                    Err(err) => {
+                        log::warn!("cluster: claiming volume {volume} failed: {err}");
+                        false
+                    }
+                };
+                if owned {
+                    claimed.push(volume);
+                }
+            }
+            if !claimed.is_empty() {
+                self.take(&claimed, replicator, volumes, &due_since).await;
+                for volume in &claimed {
+                    due_since.remove(volume);
+                }
+                continue;
+            }
+            let _ = tokio::time::timeout(tick(self.ttl), self.changed.notified()).await;
+        }
+    }
+
+    /// Whether `key` holds `mine`.
+    async fn owned_by(&self, key: &str, mine: &[u8]) -> bool {
+        match self.etcd.prefix(key).await {
+            Ok((kvs, _)) => kvs.iter().any(|kv| kv.key == key && kv.value == mine),
+            Err(_) => false,
+        }
+    }
+
+    /// Takes the `claimed` volumes through the replica and opens them; what fails is retried
+    /// on the next round (the claim stays).
+    async fn take(
+        &self,
+        claimed: &[usize],
+        replicator: &Replicator,
+        volumes: &Volumes,
+        due_since: &BTreeMap<usize, Instant>,
+    ) {
+        *self.taking.write().unwrap_or_else(PoisonError::into_inner) = claimed.to_vec();
+        let taken = replicator.take(claimed).await;
+        let opened = taken.map_err(|err| err.to_string()).and_then(|()| {
+            claimed
+                .iter()
+                .try_for_each(|&volume| volumes.attach(volume).map_err(|err| err.to_string()))
+        });
+        self.taking
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
+        match opened {
+            Ok(()) => {
+                let now = Instant::now();
+                for volume in claimed {
+                    let since = due_since.get(volume).copied().unwrap_or(now);
+                    let took = now.duration_since(since);
+                    self.counters.takeovers.fetch_add(1, Ordering::Relaxed);
+                    self.counters.takeover_ms.fetch_add(
+                        u64::try_from(took.as_millis()).unwrap_or(u64::MAX),
+                        Ordering::Relaxed,
+                    );
+                }
+                log::info!("cluster: serving volumes {claimed:?}");
+            }
+            Err(err) => {
+                log::warn!("cluster: taking volumes {claimed:?} failed: {err}; retrying");
+                tokio::time::sleep(tick(self.ttl)).await;
+            }
+        }
+    }
+}

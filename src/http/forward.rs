@@ -1,0 +1,221 @@
+//! Forwarding in a cluster: a request for a partition whose volume another node owns goes to
+//! that node once, and its answer comes back as it is.
+//!
+//! A forwarded request carries [`FORWARDED`], so the node it reaches serves it or answers
+//! `421 not_owner` (it does not own the volume any more), never forwards it again. The
+//! forwarder then reads the owners again and retries once; a volume with no owner (its node
+//! failed, and another is taking it) is answered `503 unavailable` with `Retry-After`.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use actix_web::body::{BoxBody, EitherBody, MessageBody};
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::header::{self, HeaderName, HeaderValue};
+use actix_web::middleware::Next;
+use actix_web::{HttpResponse, ResponseError, web};
+use futures_util::StreamExt;
+
+use super::HttpState;
+use super::error::ApiError;
+use crate::cluster::placement::volume_of;
+use crate::cluster::{Cluster, Route};
+use crate::error::ErrorCode;
+use crate::names::PartitionId;
+
+/// Marks a request forwarded by another node.
+pub const FORWARDED: &str = "x-durability-forwarded";
+
+/// Seconds a client is told to wait before retrying a request for a volume being taken.
+const RETRY_AFTER_SECS: u32 = 1;
+
+/// Longest wait for a forwarded request's answer beyond its own long-poll wait.
+const FORWARD_MARGIN: Duration = Duration::from_secs(10);
+
+/// The connections to the other nodes, shared by every worker (reused across requests).
+#[derive(Clone)]
+pub(crate) struct Forwarder {
+    client: reqwest::Client,
+}
+
+impl Forwarder {
+    /// A forwarder whose requests wait at most `max_wait` (the longest long-poll) plus a
+    /// margin.
+    pub(crate) fn new(max_wait: Duration) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(max_wait + FORWARD_MARGIN)
+            .pool_max_idle_per_host(64)
+            .build()
+            .expect("a plain HTTP client builds");
+        Self { client }
+    }
+}
+
+/// Serves a partition's request here when this node holds its volume, else forwards it to the
+/// owner (see the module docs). Requests that name no partition are served here.
+pub(crate) async fn to_owner(
+    request: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<EitherBody<impl MessageBody, BoxBody>>, actix_web::Error> {
+    let state = request.app_data::<web::Data<HttpState>>().cloned();
+    let routed = state.as_ref().and_then(|state| {
+        let cluster = state.log.cluster()?;
+        let forwarder = state.forwarder.clone()?;
+        let volume =
+            partition_of(request.path()).map(|id| volume_of(&id, cluster.volume_count()))?;
+        Some((cluster.clone(), forwarder, volume))
+    });
+    let Some((cluster, forwarder, volume)) = routed else {
+        return Ok(next.call(request).await?.map_into_left_body());
+    };
+    if cluster.route(volume) == Route::Local {
+        return Ok(next.call(request).await?.map_into_left_body());
+    }
+    if request.headers().contains_key(FORWARDED) {
+        let refused = ApiError::new(
+            ErrorCode::NotOwner,
+            format!("this node does not own volume {volume}"),
+        )
+        .error_response();
+        return Ok(request.into_response(refused).map_into_right_body());
+    }
+    let limit = state.map_or(usize::MAX, |state| state.max_body_bytes);
+    let (http_request, mut payload) = request.into_parts();
+    let mut body = web::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk?;
+        if body.len() + chunk.len() > limit {
+            let response = super::request::too_large(limit).error_response();
+            return Ok(ServiceResponse::new(http_request, response).map_into_right_body());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let response = forward(&cluster, &forwarder, &http_request, volume, body.freeze()).await;
+    Ok(ServiceResponse::new(http_request, response).map_into_right_body())
+}
+
+/// The partition a path names (`/topics/{topic}/partitions/{partition}/...`), if any.
+fn partition_of(path: &str) -> Option<PartitionId> {
+    let mut parts = path.strip_prefix("/topics/")?.split('/');
+    let topic = parts.next()?;
+    if parts.next()? != "partitions" {
+        return None;
+    }
+    let index = parts.next()?.parse().ok()?;
+    PartitionId::new(topic, index).ok()
+}
+
+/// Sends the request to volume `volume`'s owner; reads the owners again and retries once when
+/// it is not there.
+async fn forward(
+    cluster: &Cluster,
+    forwarder: &Forwarder,
+    request: &actix_web::HttpRequest,
+    volume: usize,
+    body: web::Bytes,
+) -> HttpResponse {
+    let counters = cluster.counters();
+    for attempt in 0..2 {
+        if attempt > 0 && cluster.refresh().await.is_err() {
+            break;
+        }
+        let url = match cluster.route(volume) {
+            Route::Remote(url) => url,
+            // Taken by this node meanwhile: the client retries here.
+            Route::Local | Route::Unowned => continue,
+        };
+        counters.forwards.fetch_add(1, Ordering::Relaxed);
+        match send(forwarder, &url, request, body.clone()).await {
+            Ok(Some(response)) => return response,
+            Ok(None) => {}
+            Err(err) => log::debug!("cluster: forwarding to {url} failed: {err}"),
+        }
+    }
+    counters.forward_failures.fetch_add(1, Ordering::Relaxed);
+    let mut response = ApiError::new(
+        ErrorCode::Unavailable,
+        format!("volume {volume}, which holds this partition, has no reachable owner now"),
+    )
+    .error_response();
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+    response
+}
+
+/// Headers that belong to one connection, not to the request or answer (RFC 9110, 7.6.1).
+fn hop_by_hop(name: &str) -> bool {
+    matches!(
+        name,
+        "connection"
+            | "keep-alive"
+            | "proxy-connection"
+            | "transfer-encoding"
+            | "upgrade"
+            | "te"
+            | "trailer"
+            | "host"
+            | "content-length"
+    )
+}
+
+/// Sends one forwarded request to the node at `url`: its answer, or `None` when that node does
+/// not own the volume (`421`).
+async fn send(
+    forwarder: &Forwarder,
+    url: &str,
+    request: &actix_web::HttpRequest,
+    body: web::Bytes,
+) -> Result<Option<HttpResponse>, reqwest::Error> {
+    let target = match request.uri().query() {
+        Some(query) => format!("{url}{}?{query}", request.path()),
+        None => format!("{url}{}", request.path()),
+    };
+    let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
+        .unwrap_or(reqwest::Method::GET);
+    let mut outgoing = forwarder.client.request(method, target).body(body);
+    for (name, value) in request.headers() {
+        if !hop_by_hop(name.as_str()) {
+            outgoing = outgoing.header(name.as_str(), value.as_bytes());
+        }
+    }
+    let answer = outgoing.header(FORWARDED, "1").send().await?;
+    if answer.status().as_u16() == ErrorCode::NotOwner.status() {
+        return Ok(None);
+    }
+    let mut response = HttpResponse::build(
+        actix_web::http::StatusCode::from_u16(answer.status().as_u16())
+            .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY),
+    );
+    for (name, value) in answer.headers() {
+        if hop_by_hop(name.as_str()) {
+            continue;
+        }
+        if let (Ok(name), Ok(value)) = (
+            HeaderName::from_bytes(name.as_str().as_bytes()),
+            HeaderValue::from_bytes(value.as_bytes()),
+        ) {
+            response.append_header((name, value));
+        }
+    }
+    let bytes = answer.bytes().await?;
+    Ok(Some(response.body(bytes)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only the paths of one partition are routed; topic-wide ones are served where they
+    /// arrive.
+    #[test]
+    fn partition_paths_are_recognised() {
+        let id = partition_of("/topics/orders/partitions/3/records").unwrap();
+        assert_eq!(id.to_string(), "orders:3");
+        assert!(partition_of("/topics/orders/partitions/3").is_some());
+        assert!(partition_of("/topics/orders/records").is_none());
+        assert!(partition_of("/topics/orders/groups/g/poll").is_none());
+        assert!(partition_of("/topics/orders/partitions/x/records").is_none());
+        assert!(partition_of("/cluster").is_none());
+    }
+}
