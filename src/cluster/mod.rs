@@ -323,6 +323,16 @@ impl Cluster {
         }
     }
 
+    /// How many volumes this node holds and serves.
+    pub fn held_volumes(&self) -> usize {
+        let volumes = self.shared.volumes.get();
+        volumes.map_or(0, |volumes| {
+            (0..self.shared.volume_count)
+                .filter(|&volume| volumes.holds(volume))
+                .count()
+        })
+    }
+
     /// What the cluster did since this node started.
     pub fn counters(&self) -> &ClusterCounters {
         &self.shared.counters

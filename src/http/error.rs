@@ -74,6 +74,11 @@ impl ApiError {
         Self(ErrorBody { error })
     }
 
+    /// The body this error answers.
+    pub(crate) fn body(&self) -> &ErrorBody {
+        &self.0
+    }
+
     /// `400 invalid_request`.
     pub fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::InvalidRequest, message)

@@ -90,7 +90,18 @@ pub(crate) async fn to_owner(
         }
         body.extend_from_slice(&chunk);
     }
-    let response = forward(&cluster, &forwarder, &http_request, volume, body.freeze()).await;
+    let outgoing = Outgoing {
+        method: http_request.method().clone(),
+        path_and_query: http_request
+            .uri()
+            .path_and_query()
+            .map_or_else(|| http_request.path().to_owned(), ToString::to_string),
+        headers: http_request.headers().clone(),
+        body: body.freeze(),
+    };
+    let response = forward(&cluster, &forwarder, &outgoing, volume)
+        .await
+        .into_response();
     Ok(ServiceResponse::new(http_request, response).map_into_right_body())
 }
 
@@ -105,15 +116,63 @@ fn partition_of(path: &str) -> Option<PartitionId> {
     PartitionId::new(topic, index).ok()
 }
 
-/// Sends the request to volume `volume`'s owner; reads the owners again and retries once when
+/// A request to send to another node.
+pub(crate) struct Outgoing {
+    pub method: actix_web::http::Method,
+    /// The path and query, as the client sent them.
+    pub path_and_query: String,
+    /// The client's headers (its token among them).
+    pub headers: actix_web::http::header::HeaderMap,
+    pub body: web::Bytes,
+}
+
+/// An answer of another node, passed back as it is.
+pub(crate) struct Answer {
+    pub status: u16,
+    headers: Vec<(HeaderName, HeaderValue)>,
+    pub body: web::Bytes,
+}
+
+impl Answer {
+    pub(crate) fn into_response(self) -> HttpResponse {
+        let status = actix_web::http::StatusCode::from_u16(self.status)
+            .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY);
+        let mut response = HttpResponse::build(status);
+        for header in self.headers {
+            response.append_header(header);
+        }
+        response.body(self.body)
+    }
+
+    /// `503 unavailable` with `Retry-After`: volume `volume` has no owner that answers now.
+    fn no_owner(volume: usize) -> Self {
+        let error = ApiError::new(
+            ErrorCode::Unavailable,
+            format!("volume {volume}, which holds this partition, has no reachable owner now"),
+        );
+        let body = serde_json::to_vec(&error.body()).expect("an error serializes");
+        Self {
+            status: ErrorCode::Unavailable.status(),
+            headers: vec![
+                (header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS)),
+                (
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                ),
+            ],
+            body: body.into(),
+        }
+    }
+}
+
+/// Sends `outgoing` to volume `volume`'s owner; reads the owners again and retries once when
 /// it is not there.
-async fn forward(
+pub(crate) async fn forward(
     cluster: &Cluster,
     forwarder: &Forwarder,
-    request: &actix_web::HttpRequest,
+    outgoing: &Outgoing,
     volume: usize,
-    body: web::Bytes,
-) -> HttpResponse {
+) -> Answer {
     let counters = cluster.counters();
     for attempt in 0..2 {
         if attempt > 0 && cluster.refresh().await.is_err() {
@@ -125,22 +184,14 @@ async fn forward(
             Route::Local | Route::Unowned => continue,
         };
         counters.forwards.fetch_add(1, Ordering::Relaxed);
-        match send(forwarder, &url, request, body.clone()).await {
-            Ok(Some(response)) => return response,
+        match send(forwarder, &url, outgoing).await {
+            Ok(Some(answer)) => return answer,
             Ok(None) => {}
             Err(err) => log::debug!("cluster: forwarding to {url} failed: {err}"),
         }
     }
     counters.forward_failures.fetch_add(1, Ordering::Relaxed);
-    let mut response = ApiError::new(
-        ErrorCode::Unavailable,
-        format!("volume {volume}, which holds this partition, has no reachable owner now"),
-    )
-    .error_response();
-    response
-        .headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
-    response
+    Answer::no_owner(volume)
 }
 
 /// Headers that belong to one connection, not to the request or answer (RFC 9110, 7.6.1).
@@ -159,47 +210,45 @@ fn hop_by_hop(name: &str) -> bool {
     )
 }
 
-/// Sends one forwarded request to the node at `url`: its answer, or `None` when that node does
-/// not own the volume (`421`).
+/// Sends `outgoing` to the node at `url`: its answer, or `None` when that node does not own the
+/// volume (`421`).
 async fn send(
     forwarder: &Forwarder,
     url: &str,
-    request: &actix_web::HttpRequest,
-    body: web::Bytes,
-) -> Result<Option<HttpResponse>, reqwest::Error> {
-    let target = match request.uri().query() {
-        Some(query) => format!("{url}{}?{query}", request.path()),
-        None => format!("{url}{}", request.path()),
-    };
-    let method = reqwest::Method::from_bytes(request.method().as_str().as_bytes())
+    outgoing: &Outgoing,
+) -> Result<Option<Answer>, reqwest::Error> {
+    let method = reqwest::Method::from_bytes(outgoing.method.as_str().as_bytes())
         .unwrap_or(reqwest::Method::GET);
-    let mut outgoing = forwarder.client.request(method, target).body(body);
-    for (name, value) in request.headers() {
+    let target = format!("{url}{}", outgoing.path_and_query);
+    let mut request = forwarder
+        .client
+        .request(method, target)
+        .body(outgoing.body.clone());
+    for (name, value) in &outgoing.headers {
         if !hop_by_hop(name.as_str()) {
-            outgoing = outgoing.header(name.as_str(), value.as_bytes());
+            request = request.header(name.as_str(), value.as_bytes());
         }
     }
-    let answer = outgoing.header(FORWARDED, "1").send().await?;
-    if answer.status().as_u16() == ErrorCode::NotOwner.status() {
+    let answer = request.header(FORWARDED, "1").send().await?;
+    let status = answer.status().as_u16();
+    if status == ErrorCode::NotOwner.status() {
         return Ok(None);
     }
-    let mut response = HttpResponse::build(
-        actix_web::http::StatusCode::from_u16(answer.status().as_u16())
-            .unwrap_or(actix_web::http::StatusCode::BAD_GATEWAY),
-    );
-    for (name, value) in answer.headers() {
-        if hop_by_hop(name.as_str()) {
-            continue;
-        }
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_str().as_bytes()),
-            HeaderValue::from_bytes(value.as_bytes()),
-        ) {
-            response.append_header((name, value));
-        }
-    }
-    let bytes = answer.bytes().await?;
-    Ok(Some(response.body(bytes)))
+    let headers = answer
+        .headers()
+        .iter()
+        .filter(|(name, _)| !hop_by_hop(name.as_str()))
+        .filter_map(|(name, value)| {
+            let name = HeaderName::from_bytes(name.as_str().as_bytes()).ok()?;
+            Some((name, HeaderValue::from_bytes(value.as_bytes()).ok()?))
+        })
+        .collect();
+    let body = answer.bytes().await?;
+    Ok(Some(Answer {
+        status,
+        headers,
+        body,
+    }))
 }
 
 #[cfg(test)]

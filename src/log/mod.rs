@@ -30,7 +30,7 @@ pub use builder::LogBuilder;
 pub use operations::{
     DEFAULT_TOPICS_PAGE, MAX_TOPICS_PAGE, PartitionDetail, TopicInfo, TopicsPage,
 };
-pub use produce::{Event, EventsOutcome};
+pub use produce::{Event, EventBatch, EventBatches, EventsOutcome};
 
 use std::sync::Arc;
 

@@ -104,58 +104,110 @@ impl Log {
         topic: &str,
         events: Vec<Event>,
     ) -> Result<EventsOutcome, Error> {
+        let mut batches = match self.event_batches(topic, events)? {
+            Ok(batches) => batches,
+            Err(rejected) => return Ok(rejected),
+        };
+        let appends = batches.groups.iter_mut().map(|group| {
+            let (partition, records) = (group.partition, std::mem::take(&mut group.records));
+            async move {
+                let id = PartitionId::new(topic, partition)?;
+                Ok::<_, Error>(self.append_checked(&id, records).await?.outcome)
+            }
+        });
+        let outcomes = join_all(appends).await.into_iter();
+        Ok(batches.place(outcomes.collect::<Result<_, _>>()?))
+    }
+
+    /// Keyed events grouped into one batch per partition, each checked as
+    /// [`append_events`](Self::append_events) checks them before writing anything: the
+    /// batches, or the outcome that refuses the whole request.
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`].
+    pub fn event_batches(
+        &self,
+        topic: &str,
+        events: Vec<Event>,
+    ) -> Result<Result<EventBatches, EventsOutcome>, Error> {
         let partitions = self.partitions(topic)?;
-        let mut batches: BTreeMap<u32, (Vec<usize>, Vec<NewRecord>)> = BTreeMap::new();
+        let mut groups: BTreeMap<u32, EventBatch> = BTreeMap::new();
+        let total = events.len();
         for (position, event) in events.into_iter().enumerate() {
-            let batch = batches
-                .entry(partition_for(&event.partition_key, partitions))
-                .or_default();
-            batch.0.push(position);
-            batch.1.push(NewRecord {
+            let partition = partition_for(&event.partition_key, partitions);
+            let group = groups.entry(partition).or_insert_with(|| EventBatch {
+                partition,
+                positions: Vec::new(),
+                records: Vec::new(),
+            });
+            group.positions.push(position);
+            group.records.push(NewRecord {
                 key: event.key,
                 payload: event.payload,
             });
         }
-        if batches.is_empty() {
-            return Ok(EventsOutcome::Rejected {
+        if groups.is_empty() {
+            return Ok(Err(EventsOutcome::Rejected {
                 partition: 0,
                 rejection: AppendRejection::EmptyBatch,
-            });
+            }));
         }
-        for (&partition, (_, records)) in &batches {
-            if let Some(rejection) = self.refusal(topic, records) {
-                return Ok(EventsOutcome::Rejected {
+        for (&partition, group) in &groups {
+            if let Some(rejection) = self.refusal(topic, &group.records) {
+                return Ok(Err(EventsOutcome::Rejected {
                     partition,
                     rejection,
-                });
+                }));
             }
         }
-        let total: usize = batches.values().map(|(positions, _)| positions.len()).sum();
-        let appends = batches
-            .into_iter()
-            .map(|(partition, (positions, records))| async move {
-                let id = PartitionId::new(topic, partition)?;
-                let appended = self.append_checked(&id, records).await?;
-                Ok::<_, Error>((partition, positions, appended.outcome))
-            });
-        let mut placed = vec![(0, 0); total];
-        for result in join_all(appends).await {
-            let (partition, positions, outcome) = result?;
+        Ok(Ok(EventBatches {
+            groups: groups.into_values().collect(),
+            total,
+        }))
+    }
+}
+
+/// Keyed events grouped by partition, checked (see [`Log::event_batches`]).
+#[derive(Debug)]
+pub struct EventBatches {
+    /// One batch per partition, by partition.
+    pub groups: Vec<EventBatch>,
+    total: usize,
+}
+
+/// The events of one partition, in input order.
+#[derive(Debug)]
+pub struct EventBatch {
+    /// The partition.
+    pub partition: u32,
+    /// Where each event was in the request.
+    pub positions: Vec<usize>,
+    /// The records to append.
+    pub records: Vec<NewRecord>,
+}
+
+impl EventBatches {
+    /// The request's outcome from each group's (in the order of [`EventBatches::groups`]):
+    /// `(partition, offset)` per input event, in input order.
+    pub fn place(self, outcomes: Vec<AppendOutcome>) -> EventsOutcome {
+        let mut placed = vec![(0, 0); self.total];
+        for (group, outcome) in self.groups.into_iter().zip(outcomes) {
             match outcome {
                 AppendOutcome::Appended { offsets } => {
-                    for (position, offset) in positions.into_iter().zip(offsets) {
-                        placed[position] = (partition, offset);
+                    for (position, offset) in group.positions.into_iter().zip(offsets) {
+                        placed[position] = (group.partition, offset);
                     }
                 }
-                // Checked above with the same rule, so only a changed configuration lands here.
+                // Checked when grouped with the same rule, so only a changed configuration
+                // lands here.
                 AppendOutcome::Rejected(rejection) => {
-                    return Ok(EventsOutcome::Rejected {
-                        partition,
+                    return EventsOutcome::Rejected {
+                        partition: group.partition,
                         rejection,
-                    });
+                    };
                 }
             }
         }
-        Ok(EventsOutcome::Appended(placed))
+        EventsOutcome::Appended(placed)
     }
 }

@@ -215,6 +215,23 @@ fn append(node: SocketAddr, partition: u32, key: &str) -> Result<u64, String> {
     }
 }
 
+/// Produces one keyed event with deduplication key `key` through `node` (its partition picked
+/// from `partition_key`): its partition and offset, or why not.
+fn produce(node: SocketAddr, partition_key: &str, key: &str) -> Result<(u32, u64), String> {
+    let path = format!("/topics/{TOPIC}/records");
+    let events = json!([{"partitionKey": partition_key, "payload": {"key": key}, "key": key}]);
+    match request(node, "POST", &path, Some(&events))? {
+        (202, body) => match body["records"].as_array().map(Vec::as_slice) {
+            Some([placed]) => Ok((
+                placed["partition"].as_u64().ok_or("a partition")? as u32,
+                placed["offset"].as_u64().ok_or("an offset")?,
+            )),
+            _ => Err(format!("one place expected: {body}")),
+        },
+        (status, body) => Err(format!("{status} {body}")),
+    }
+}
+
 /// The acknowledged writes: each key's partition and offset.
 #[derive(Default)]
 struct Acknowledged {
@@ -241,6 +258,30 @@ impl Acknowledged {
                         assert_eq!(earlier, (partition, offset), "{key} acknowledged twice");
                     }
                     return started.elapsed();
+                }
+                Err(why) => {
+                    assert!(
+                        started.elapsed() < WRITE_PATIENCE,
+                        "{key} was not acknowledged within {WRITE_PATIENCE:?}: {why}"
+                    );
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+            }
+        }
+    }
+
+    /// Produces the keyed event `key` through random nodes of `nodes` until one acknowledges
+    /// it, as [`Acknowledged::write`] appends.
+    fn produce(&mut self, rng: &mut Rng, nodes: &[SocketAddr], key: &str) {
+        let started = Instant::now();
+        loop {
+            let node = nodes[rng.below(nodes.len() as u64) as usize];
+            match produce(node, &format!("user-{key}"), key) {
+                Ok(placed) => {
+                    if let Some(earlier) = self.keys.insert(key.to_owned(), placed) {
+                        assert_eq!(earlier, placed, "{key} acknowledged twice");
+                    }
+                    return;
                 }
                 Err(why) => {
                     assert!(
@@ -320,7 +361,7 @@ fn read_all(node: SocketAddr, partition: u32) -> Vec<Value> {
     }
 }
 
-/// Three nodes share eight volumes; writes go to random nodes. One owner is killed (SIGKILL):
+/// Three nodes share eight volumes; appends and keyed events go to random nodes. One owner is killed (SIGKILL):
 /// its volumes move to the others within the lease's TTL + 5 s, every acknowledged record stays
 /// at its offset exactly once, deduplication keys written before the kill still deduplicate,
 /// and the killed node comes back as a new incarnation that forwards to the owners.
@@ -340,6 +381,7 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
     for n in 0..64 {
         acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
+        acknowledged.produce(&mut rng, &all, &format!("event-before-{n}"));
     }
 
     // The node owning the most volumes dies.
@@ -377,6 +419,7 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
     }
     for n in 0..64 {
         acknowledged.write(&mut rng, &survivors, n % PARTITIONS, &format!("after-{n}"));
+        acknowledged.produce(&mut rng, &survivors, &format!("event-after-{n}"));
     }
     // Keys acknowledged before the kill are still known after it: re-sent, they answer their
     // first offsets and write nothing.

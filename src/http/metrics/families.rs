@@ -37,6 +37,10 @@
 //! | `durability_replica_put_failures_total` | counter (attempts to store a window that failed and were retried) | |
 //! | `durability_replica_snapshots_total`, `durability_replica_deleted_objects_total` | counter (volume snapshots stored; objects garbage collection deleted) | |
 //! | `durability_replica_fenced` | gauge (1 once another node took this node's volumes: writes are refused) | |
+//! | `durability_cluster_members`, `durability_cluster_held_volumes` | gauge (in a cluster only: live nodes; volumes this node serves) | |
+//! | `durability_cluster_takeovers_total`, `durability_cluster_takeover_milliseconds_total` | counter (volumes taken, and how long from finding each unowned to serving it) | |
+//! | `durability_cluster_forwards_total`, `durability_cluster_forward_failures_total` | counter (requests forwarded to their partition's owner; those that reached none) | |
+//! | `durability_cluster_ownership_changes_total` | counter (changes of a volume's owner seen in etcd) | |
 //! | `durability_damaged_volumes` | gauge (1 for each damaged volume; see the README's Guarantees) | `volume`, `kind` (`malformed`, `lost`, `unopenable`) |
 //! | `process_open_fds`, `process_threads`, `process_resident_memory_bytes`, ... | the process's own figures (Linux) | |
 
@@ -52,6 +56,7 @@ use prometheus::{
     TextEncoder,
 };
 
+use crate::cluster::Cluster;
 use crate::log::ColdFlushCounters;
 use crate::log::{GroupPosition, LeaseState, Log, PartitionCounters};
 use crate::names::PartitionId;
@@ -90,6 +95,8 @@ struct Inner {
     partition_counters: Arc<PartitionCounters>,
     /// Replication's own counts, copied in at render time.
     replica_counters: Arc<ReplicaCounters>,
+    /// In a cluster: its families, and the cluster whose counts they copy at render time.
+    cluster: Option<(ClusterFamilies, Cluster)>,
     /// Held while the gauges are refilled and while the registry is rendered, so that a scrape
     /// never shows another scrape's half-filled gauges.
     scrape: Mutex<()>,
@@ -101,6 +108,69 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// The cluster's families (`GET /metrics` in a cluster only).
+struct ClusterFamilies {
+    members: IntGauge,
+    held_volumes: IntGauge,
+    takeovers: IntCounter,
+    takeover_ms: IntCounter,
+    forwards: IntCounter,
+    forward_failures: IntCounter,
+    ownership_changes: IntCounter,
+}
+
+impl ClusterFamilies {
+    fn register(registry: &Registry) -> Self {
+        let counter = |name: &str, help: &str| register(registry, IntCounter::new(name, help));
+        let gauge = |name: &str, help: &str| register(registry, IntGauge::new(name, help));
+        Self {
+            members: gauge(
+                "durability_cluster_members",
+                "Live nodes of the cluster, as this node last read them.",
+            ),
+            held_volumes: gauge(
+                "durability_cluster_held_volumes",
+                "Volumes this node holds and serves.",
+            ),
+            takeovers: counter(
+                "durability_cluster_takeovers_total",
+                "Volumes this node took (from a failed or departed owner, or unowned).",
+            ),
+            takeover_ms: counter(
+                "durability_cluster_takeover_milliseconds_total",
+                "Milliseconds those takes lasted, from finding the volume unowned to serving it.",
+            ),
+            forwards: counter(
+                "durability_cluster_forwards_total",
+                "Requests forwarded to the node owning their partition's volume.",
+            ),
+            forward_failures: counter(
+                "durability_cluster_forward_failures_total",
+                "Requests that reached no owner (answered 503 with Retry-After).",
+            ),
+            ownership_changes: counter(
+                "durability_cluster_ownership_changes_total",
+                "Changes of a volume's owner that this node saw in etcd.",
+            ),
+        }
+    }
+
+    fn catch_up(&self, cluster: &Cluster) {
+        let counters = cluster.counters();
+        let read = |counter: &std::sync::atomic::AtomicU64| {
+            counter.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        catch_up(&self.takeovers, read(&counters.takeovers));
+        catch_up(&self.takeover_ms, read(&counters.takeover_ms));
+        catch_up(&self.forwards, read(&counters.forwards));
+        catch_up(&self.forward_failures, read(&counters.forward_failures));
+        catch_up(&self.ownership_changes, read(&counters.ownership_changes));
+        let status = cluster.status();
+        self.members.set(gauge(status.members.len() as u64));
+        self.held_volumes.set(gauge(cluster.held_volumes() as u64));
+    }
+}
+
 /// Request-duration buckets past Prometheus' defaults (5 ms to 10 s), up beyond the longest
 /// long-poll ([`MAX_WAIT_MS`](crate::config::MAX_WAIT_MS), 30 s), so that a long-poll lands in a bucket of its own.
 const LONG_BUCKETS: [f64; 3] = [20.0, 40.0, 60.0];
@@ -109,12 +179,18 @@ impl Metrics {
     /// Fresh metrics for `log`'s server: [`Metrics::new`] with its counters and its
     /// `[metrics] max_topics`.
     pub fn for_log(log: &Log) -> Self {
-        Self::new(
+        let mut metrics = Self::new(
             log.cold_flushes(),
             log.partition_counters(),
             log.replica_counters(),
             log.config().metrics.max_topics,
-        )
+        );
+        if let Some(cluster) = log.cluster() {
+            let inner = Arc::get_mut(&mut metrics.inner).expect("not shared yet");
+            let families = ClusterFamilies::register(&inner.registry);
+            inner.cluster = Some((families, cluster.clone()));
+        }
+        metrics
     }
 
     /// Fresh metrics, all zero, reading cold flushes from `flush_counters`
@@ -239,6 +315,7 @@ impl Metrics {
             flush_counters,
             partition_counters,
             replica_counters,
+            cluster: None,
             scrape: Mutex::new(()),
         };
         Self {
@@ -329,6 +406,9 @@ impl Metrics {
         catch_up(&self.inner.replica_snapshots, replica.snapshots());
         catch_up(&self.inner.replica_deleted, replica.deleted());
         self.inner.replica_fenced.set(i64::from(replica.fenced()));
+        if let Some((families, cluster)) = &self.inner.cluster {
+            families.catch_up(cluster);
+        }
         self.inner.open_partitions.set(gauge(partitions.open()));
         self.inner.partition_actors.set(gauge(partitions.actors()));
         TextEncoder::new()
