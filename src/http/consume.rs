@@ -1,6 +1,7 @@
 //! Read and consume: pages of records (with long-poll), group polls and commits, cursors.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
@@ -11,6 +12,7 @@ use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, 
 use super::error::ErrorBody;
 use super::params;
 use super::request::{Integer, Query, json_body, offset, partition, partition_key};
+use super::spread::Spread;
 use super::{ApiError, HttpState};
 use crate::log;
 
@@ -180,10 +182,40 @@ pub async fn poll(
 ) -> Result<HttpResponse, ApiError> {
     let (topic, group) = path.into_inner();
     let query = Query::parse(request.query_string())?;
-    let pages = state
-        .log
-        .poll(&topic, &group, query.limit()?, query.wait(state.max_wait)?)
-        .await?;
+    let (limit, wait) = (query.limit()?, query.wait(state.max_wait)?);
+    if let Some(spread) = Spread::of(&state, &request) {
+        let partitions = state.log.partitions(&topic)?;
+        let poll_here = async |held: Vec<u32>, waiting: bool| {
+            let wait = if waiting { wait } else { Duration::ZERO };
+            let pages = state
+                .log
+                .poll_partitions(&topic, &group, &held, limit, wait)
+                .await?;
+            let read = pages.iter().map(|page| page.records.len() as u64).sum();
+            state.metrics.records_read(&topic, read);
+            let entries = held.into_iter().zip(pages).map(|(partition, page)| {
+                let entry = PartitionPage {
+                    partition,
+                    page: page.into(),
+                };
+                serde_json::to_value(entry).expect("a page serializes")
+            });
+            Ok::<_, ApiError>(entries.collect())
+        };
+        let entries = if spread.forwarded() {
+            poll_here(spread.held(&topic, 0..partitions), true).await?
+        } else {
+            match spread
+                .poll(&topic, partitions, !wait.is_zero(), poll_here)
+                .await?
+            {
+                Ok(entries) => entries,
+                Err(answer) => return Ok(answer.into_response()),
+            }
+        };
+        return Ok(HttpResponse::Ok().json(serde_json::json!({ "partitions": entries })));
+    }
+    let pages = state.log.poll(&topic, &group, limit, wait).await?;
     let read = pages.iter().map(|page| page.records.len() as u64).sum();
     state.metrics.records_read(&topic, read);
     let partitions = (0..)
@@ -249,6 +281,7 @@ fn commit_offsets() -> Object {
 pub async fn commit(
     state: web::Data<HttpState>,
     path: web::Path<(String, String)>,
+    request: HttpRequest,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let (topic, group) = path.into_inner();
@@ -256,6 +289,17 @@ pub async fn commit(
     let mut offsets = BTreeMap::new();
     for (index, value) in &body.offsets {
         offsets.insert(partition_key(index)?, offset(value.0)?);
+    }
+    let spread = Spread::of(&state, &request).filter(|spread| !spread.forwarded());
+    if let Some(spread) = spread {
+        for &partition in offsets.keys() {
+            state.log.partition(&topic, partition)?;
+        }
+        let commit_here = async |held| state.log.commit_many(&topic, &group, &held).await;
+        return Ok(match spread.commit(&topic, &offsets, commit_here).await? {
+            Ok(cursors) => HttpResponse::Ok().json(CommittedCursors { cursors }),
+            Err(answer) => answer.into_response(),
+        });
     }
     let cursors = state.log.commit_many(&topic, &group, &offsets).await?;
     Ok(HttpResponse::Ok().json(CommittedCursors { cursors }))

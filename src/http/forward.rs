@@ -145,11 +145,15 @@ impl Answer {
     }
 
     /// `503 unavailable` with `Retry-After`: volume `volume` has no owner that answers now.
-    fn no_owner(volume: usize) -> Self {
-        let error = ApiError::new(
-            ErrorCode::Unavailable,
-            format!("volume {volume}, which holds this partition, has no reachable owner now"),
-        );
+    pub(crate) fn no_owner(volume: usize) -> Self {
+        Self::unavailable(&format!(
+            "volume {volume}, which holds this partition, has no reachable owner now"
+        ))
+    }
+
+    /// `503 unavailable` with `Retry-After`, saying `why`.
+    pub(crate) fn unavailable(why: &str) -> Self {
+        let error = ApiError::new(ErrorCode::Unavailable, why);
         let body = serde_json::to_vec(&error.body()).expect("an error serializes");
         Self {
             status: ErrorCode::Unavailable.status(),
@@ -212,7 +216,7 @@ fn hop_by_hop(name: &str) -> bool {
 
 /// Sends `outgoing` to the node at `url`: its answer, or `None` when that node does not own the
 /// volume (`421`).
-async fn send(
+pub(crate) async fn send(
     forwarder: &Forwarder,
     url: &str,
     outgoing: &Outgoing,

@@ -16,6 +16,7 @@ mod operations;
 mod params;
 mod produce;
 pub(crate) mod request;
+mod spread;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};

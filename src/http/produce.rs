@@ -1,22 +1,18 @@
 //! Produce: keyed events routed to partitions, and direct appends to one partition.
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use futures_util::future::join_all;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{Object as Schema, ObjectBuilder, SchemaType, Type};
 
 use super::error::ErrorBody;
-use super::forward::{Forwarder, Outgoing, forward};
 use super::params;
 use super::request::{Object, json_body, partition};
+use super::spread::Spread;
 use super::{ApiError, HttpState};
-use crate::cluster::placement::volume_of;
-use crate::cluster::{Cluster, Route};
 use crate::load::LoadSnapshot;
 use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
-use crate::names::PartitionId;
 use crate::store::MAX_KEY_BYTES;
 
 /// One event of `POST /topics/{topic}/records`.
@@ -142,20 +138,12 @@ pub async fn events(
             })
         })
         .collect::<Result<_, ApiError>>()?;
-    let outcome = match (state.log.cluster(), &state.forwarder) {
-        (Some(cluster), Some(forwarder)) => {
-            let across = ClusterWay {
-                state: &state,
-                cluster,
-                forwarder,
-                request: &request,
-            };
-            match across.append_events(&topic, events).await? {
-                Ok(outcome) => outcome,
-                Err(owners_answer) => return Ok(owners_answer),
-            }
-        }
-        _ => state.log.append_events(&topic, events).await?,
+    let outcome = match Spread::of(&state, &request) {
+        Some(spread) => match spread.append_events(&topic, events).await? {
+            Ok(outcome) => outcome,
+            Err(owners_answer) => return Ok(owners_answer.into_response()),
+        },
+        None => state.log.append_events(&topic, events).await?,
     };
     match outcome {
         EventsOutcome::Appended(placed) => {
@@ -168,104 +156,6 @@ pub async fn events(
         }
         EventsOutcome::Rejected { rejection, .. } => Err(rejection.into()),
     }
-}
-
-/// What a node of a cluster needs to send a partition's batch to the node holding it.
-struct ClusterWay<'a> {
-    state: &'a HttpState,
-    cluster: &'a Cluster,
-    forwarder: &'a Forwarder,
-    /// The client's request, whose headers (its token) go with each forwarded batch.
-    request: &'a HttpRequest,
-}
-
-impl ClusterWay<'_> {
-    /// Keyed events in a cluster: checked whole here, then each partition's batch appended
-    /// here when this node holds its volume, else sent to its owner's
-    /// `POST /topics/{topic}/partitions/{partition}/records`. An owner's error is answered as
-    /// it is (`Err`); the batches already appended stay, as when a storage failure stops
-    /// [`Log::append_events`](crate::Log::append_events).
-    async fn append_events(
-        &self,
-        topic: &str,
-        events: Vec<Event>,
-    ) -> Result<Result<EventsOutcome, HttpResponse>, ApiError> {
-        let mut batches = match self.state.log.event_batches(topic, events)? {
-            Ok(batches) => batches,
-            Err(rejected) => return Ok(Ok(rejected)),
-        };
-        let appends = batches.groups.iter_mut().map(|group| {
-            let (partition, records) = (group.partition, std::mem::take(&mut group.records));
-            self.append(topic, partition, records)
-        });
-        let mut outcomes = Vec::new();
-        for appended in join_all(appends).await {
-            match appended? {
-                Ok(outcome) => outcomes.push(outcome),
-                Err(owners_answer) => return Ok(Err(owners_answer)),
-            }
-        }
-        Ok(Ok(batches.place(outcomes)))
-    }
-
-    /// Appends one partition's batch where its volume is held.
-    async fn append(
-        &self,
-        topic: &str,
-        partition: u32,
-        records: Vec<NewRecord>,
-    ) -> Result<Result<AppendOutcome, HttpResponse>, ApiError> {
-        let id = PartitionId::new(topic, partition).map_err(crate::Error::from)?;
-        let volume = volume_of(&id, self.cluster.volume_count());
-        if self.cluster.route(volume) == Route::Local {
-            let appended = self.state.log.append(topic, partition, records).await?;
-            return Ok(Ok(appended.outcome));
-        }
-        let body: Vec<RecordOut<'_>> = records
-            .iter()
-            .map(|record| {
-                let payload = serde_json::from_str(&record.payload)
-                    .map_err(|err| ApiError::invalid_request(err.to_string()))?;
-                Ok(RecordOut {
-                    payload,
-                    key: record.key.as_deref(),
-                })
-            })
-            .collect::<Result<_, ApiError>>()?;
-        let outgoing = Outgoing {
-            method: actix_web::http::Method::POST,
-            path_and_query: format!("/topics/{topic}/partitions/{partition}/records"),
-            headers: self.request.headers().clone(),
-            body: serde_json::to_vec(&body).expect("records serialize").into(),
-        };
-        let answer = forward(self.cluster, self.forwarder, &outgoing, volume).await;
-        if answer.status != 202 {
-            return Ok(Err(answer.into_response()));
-        }
-        let appended: OffsetsIn = serde_json::from_slice(&answer.body).map_err(|err| {
-            ApiError::new(
-                crate::error::ErrorCode::Unavailable,
-                format!("the owner of {id} answered an unreadable body: {err}"),
-            )
-        })?;
-        Ok(Ok(AppendOutcome::Appended {
-            offsets: appended.offsets,
-        }))
-    }
-}
-
-/// A record as a forwarded batch carries it.
-#[derive(Serialize)]
-struct RecordOut<'a> {
-    payload: &'a RawValue,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    key: Option<&'a str>,
-}
-
-/// The offsets of an owner's `202`.
-#[derive(Deserialize)]
-struct OffsetsIn {
-    offsets: Vec<u64>,
 }
 
 /// `POST /topics/{topic}/partitions/{partition}/records`: `202 {"offsets": [...], "load": ...}`.

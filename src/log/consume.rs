@@ -86,12 +86,30 @@ impl Log {
         limit: Option<usize>,
         wait: Duration,
     ) -> Result<Vec<Page>, Error> {
-        // Every rule (names, limit) is checked by the reads of partition 0 onwards.
-        let partitions = self.partitions(topic)?;
+        let partitions: Vec<u32> = (0..self.partitions(topic)?).collect();
+        self.poll_partitions(topic, group, &partitions, limit, wait)
+            .await
+    }
+
+    /// [`poll`](Self::poll) of `partitions` only (each below the topic's count): one page per
+    /// partition, in the order given. A cluster's node polls the partitions it holds.
+    ///
+    /// # Errors
+    /// As [`poll`](Self::poll).
+    pub async fn poll_partitions(
+        &self,
+        topic: &str,
+        group: &str,
+        partitions: &[u32],
+        limit: Option<usize>,
+        wait: Duration,
+    ) -> Result<Vec<Page>, Error> {
+        // Every rule (names, limit) is checked by the reads of the first partition onwards.
+        self.partitions(topic)?;
         let signal = self.inner.signals.topic(topic);
         let read_all = async || {
-            let mut pages = Vec::with_capacity(partitions as usize);
-            for partition in 0..partitions {
+            let mut pages = Vec::with_capacity(partitions.len());
+            for &partition in partitions {
                 let cursor = self.cursor(topic, partition, group).await?;
                 pages.push(self.read(topic, partition, cursor, limit).await?);
             }

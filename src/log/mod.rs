@@ -128,7 +128,10 @@ impl Log {
     }
 
     /// The partition `index` of `topic`, checked against the topic's partition count.
-    fn partition(&self, topic: &str, index: u32) -> Result<PartitionId, Error> {
+    ///
+    /// # Errors
+    /// [`Error::InvalidName`], [`Error::UnknownPartition`].
+    pub fn partition(&self, topic: &str, index: u32) -> Result<PartitionId, Error> {
         let partitions = self.partitions(topic)?;
         if index >= partitions {
             return Err(Error::UnknownPartition {

@@ -538,3 +538,119 @@ fn a_stopped_owner_acknowledges_nothing_after_its_volumes_moved() {
         acknowledged.check(node);
     }
 }
+
+/// A group polled page by page through random nodes and committed through random nodes, with
+/// an owner killed halfway: every acknowledged record is consumed, the cursors the commits
+/// answer never go back, a long-poll through one node wakes for a record appended through
+/// another, and a commit with one bad offset changes no partition's cursor anywhere.
+#[test]
+fn a_group_consumes_everything_through_any_node_across_a_failover() {
+    let etcd = Etcd::start();
+    let s3 = block_on(fresh_s3_bucket());
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|name| Node::start(name, &etcd, &s3))
+        .collect();
+    let view = wait_for_owners(nodes[0].addr(), 3);
+    let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
+    let mut acknowledged = Acknowledged::default();
+    let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
+    for n in 0..80 {
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("record-{n}"));
+    }
+
+    // One bad offset (beyond its partition's end) refuses the whole commit.
+    let poll_path = format!("/topics/{TOPIC}/groups/billing/poll?limit=5");
+    let commit_path = format!("/topics/{TOPIC}/groups/billing/commit");
+    let bad =
+        json!({"offsets": {"0": 1, "1": 1, "2": 1, "3": 1, "4": 1, "5": 1, "6": 1, "7": 1000}});
+    let (status, body) = request(all[0], "POST", &commit_path, Some(&bad)).expect("a commit");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_offset")),
+        "{body}"
+    );
+    let (status, body) = request(all[1], "GET", &poll_path, None).expect("a poll");
+    assert_eq!(status, 200, "{body}");
+    for entry in body["partitions"].as_array().expect("partitions") {
+        assert_eq!(
+            entry["records"][0]["offset"], 0,
+            "nothing was committed: {entry}"
+        );
+    }
+
+    let victim = busiest(&view);
+    let at = nodes
+        .iter()
+        .position(|node| node.name == victim)
+        .expect("a node");
+    let mut consumed: BTreeMap<String, (u32, u64)> = BTreeMap::new();
+    let mut cursors: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut live = all.clone();
+    let started = Instant::now();
+    while consumed.len() < acknowledged.keys.len() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "consumed {}",
+            consumed.len()
+        );
+        if consumed.len() >= acknowledged.keys.len() / 2 && live.len() == 3 {
+            nodes[at].kill();
+            live = nodes
+                .iter()
+                .filter(|node| node.name != victim)
+                .map(Node::addr)
+                .collect();
+        }
+        let node = live[rng.below(live.len() as u64) as usize];
+        let Ok((200, page)) = request(node, "GET", &poll_path, None) else {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        };
+        let mut offsets = serde_json::Map::new();
+        for entry in page["partitions"].as_array().expect("partitions") {
+            let partition = entry["partition"].as_u64().expect("a partition") as u32;
+            for record in entry["records"].as_array().expect("records") {
+                let key = record["key"].as_str().expect("a key").to_owned();
+                let offset = record["offset"].as_u64().expect("an offset");
+                consumed.insert(key, (partition, offset));
+            }
+            offsets.insert(partition.to_string(), entry["nextOffset"].clone());
+        }
+        let node = live[rng.below(live.len() as u64) as usize];
+        let commit = json!({ "offsets": offsets });
+        if let Ok((200, answer)) = request(node, "POST", &commit_path, Some(&commit)) {
+            for (partition, cursor) in answer["cursors"].as_object().expect("cursors") {
+                let (partition, cursor) = (
+                    partition.parse().expect("a number"),
+                    cursor.as_u64().expect("a cursor"),
+                );
+                let earlier = cursors.insert(partition, cursor).unwrap_or(0);
+                assert!(
+                    cursor >= earlier,
+                    "partition {partition}'s cursor went back"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        consumed, acknowledged.keys,
+        "every acknowledged record, at its offset"
+    );
+
+    // A long-poll through one node answers the record appended through another.
+    let waiting = live[0];
+    let wait_path = format!("/topics/{TOPIC}/groups/billing/poll?limit=5&waitMs=20000");
+    let poller = std::thread::spawn(move || request(waiting, "GET", &wait_path, None));
+    std::thread::sleep(Duration::from_millis(500));
+    acknowledged.write(&mut rng, &live[1..], 3, "woken");
+    let (status, page) = poller.join().expect("the poller").expect("a poll");
+    assert_eq!(status, 200);
+    let woke = page["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .flat_map(|entry| entry["records"].as_array().cloned().unwrap_or_default())
+        .any(|record| record["key"] == "woken");
+    assert!(woke, "{page}");
+}
