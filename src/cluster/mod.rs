@@ -323,6 +323,20 @@ impl Cluster {
         }
     }
 
+    /// The URLs of the other live nodes, as this node last saw them.
+    pub fn other_members(&self) -> Vec<String> {
+        let view = self
+            .shared
+            .view
+            .read()
+            .unwrap_or_else(PoisonError::into_inner);
+        view.members
+            .iter()
+            .filter(|(node, _)| **node != self.shared.node)
+            .map(|(_, member)| member.url.clone())
+            .collect()
+    }
+
     /// How many volumes this node holds and serves.
     pub fn held_volumes(&self) -> usize {
         let volumes = self.shared.volumes.get();

@@ -10,6 +10,7 @@ use super::consume::{RecordJson, records_json};
 use super::error::ErrorBody;
 use super::params;
 use super::request::{Integer, Query, optional_json_body, partition};
+use super::spread::Spread;
 use super::{ApiError, HttpState};
 use crate::log::{self, LeaseState};
 
@@ -190,6 +191,27 @@ pub async fn claim_any(
 ) -> Result<HttpResponse, ApiError> {
     let (topic, group) = path.into_inner();
     let limit = Query::parse(request.query_string())?.limit()?;
+    if let Some(spread) = Spread::of(&state, &request) {
+        let partitions = state.log.partitions(&topic)?;
+        let here = async |partition| {
+            let lease = state.log.lease(&topic, partition, &group, limit).await?;
+            let lease = lease.map(|lease| {
+                let lease = PartitionLease {
+                    lease: lease.into(),
+                    partition,
+                };
+                serde_json::to_value(lease).expect("a lease serializes")
+            });
+            Ok::<_, ApiError>(lease)
+        };
+        return Ok(
+            match spread.lease_any(&topic, &group, partitions, here).await? {
+                Ok(Some(lease)) => HttpResponse::Ok().json(lease),
+                Ok(None) => HttpResponse::NoContent().finish(),
+                Err(answer) => answer.into_response(),
+            },
+        );
+    }
     match state.log.lease_any(&topic, &group, limit).await? {
         Some((partition, lease)) => Ok(HttpResponse::Ok().json(PartitionLease {
             lease: lease.into(),

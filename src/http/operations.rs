@@ -9,6 +9,7 @@ use utoipa::ToSchema;
 use super::error::ErrorBody;
 use super::params;
 use super::request::{Integer, Query, json_body, offset, partition};
+use super::spread::Spread;
 use super::{ApiError, HttpState};
 use crate::log;
 
@@ -276,22 +277,30 @@ pub async fn topics(
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(request.query_string())?;
-    let page = state
-        .log
-        .topics_page(query.text("after"), query.limit()?)
-        .await?;
-    let topics = page
-        .topics
-        .into_iter()
-        .map(|topic| TopicSummary {
-            name: topic.name,
-            partitions: topic.partitions,
-        })
-        .collect();
-    Ok(HttpResponse::Ok().json(Topics {
-        topics,
-        next: page.next,
-    }))
+    let (after, limit) = (query.text("after"), query.limit()?);
+    let here = async || {
+        let page = state.log.topics_page(after, limit).await?;
+        let topics = page.topics.into_iter().map(|topic| {
+            let summary = TopicSummary {
+                name: topic.name,
+                partitions: topic.partitions,
+            };
+            serde_json::to_value(summary).expect("a topic serializes")
+        });
+        Ok::<_, ApiError>((topics.collect::<Vec<_>>(), page.next))
+    };
+    let spread = Spread::of(&state, &request).filter(|spread| !spread.forwarded());
+    let (topics, next) = match spread {
+        Some(spread) => {
+            let limit = limit.unwrap_or(log::DEFAULT_TOPICS_PAGE);
+            match spread.topics(limit, here).await? {
+                Ok(page) => page,
+                Err(answer) => return Ok(answer.into_response()),
+            }
+        }
+        None => here().await?,
+    };
+    Ok(HttpResponse::Ok().json(serde_json::json!({ "topics": topics, "next": next })))
 }
 
 /// `GET /topics/{topic}`: every partition's bounds, cursors and backlog.
@@ -311,21 +320,32 @@ pub async fn topics(
 pub async fn topic(
     state: web::Data<HttpState>,
     topic: web::Path<String>,
+    request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let partitions = state
-        .log
-        .describe_topic(&topic)
-        .await?
-        .into_iter()
-        .map(|detail| PartitionDetail {
-            partition: detail.partition,
-            bounds: detail.bounds.into(),
-            cursors: detail.cursors,
-            pending_deliveries: detail.pending_deliveries,
-        })
-        .collect();
-    Ok(HttpResponse::Ok().json(TopicDetail {
-        name: topic.into_inner(),
-        partitions,
-    }))
+    let partitions = state.log.partitions(&topic)?;
+    let describe = async |held: Vec<u32>| {
+        let details = state.log.describe_partitions(&topic, &held).await?;
+        let details = details.into_iter().map(|detail| {
+            let detail = PartitionDetail {
+                partition: detail.partition,
+                bounds: detail.bounds.into(),
+                cursors: detail.cursors,
+                pending_deliveries: detail.pending_deliveries,
+            };
+            serde_json::to_value(detail).expect("a partition serializes")
+        });
+        Ok::<_, ApiError>(details.collect::<Vec<_>>())
+    };
+    let partitions = match Spread::of(&state, &request) {
+        Some(spread) if spread.forwarded() => describe(spread.held(&topic, 0..partitions)).await?,
+        Some(spread) => match spread.gather(&topic, partitions, describe).await? {
+            Ok(entries) => entries,
+            Err(answer) => return Ok(answer.into_response()),
+        },
+        None => describe((0..partitions).collect()).await?,
+    };
+    Ok(HttpResponse::Ok().json(serde_json::json!({
+        "name": topic.into_inner(),
+        "partitions": partitions,
+    })))
 }

@@ -210,18 +210,10 @@ impl<'a> Spread<'a> {
                 break;
             }
         }
-        let mut entries: Vec<Value> = answered.into_values().flatten().collect();
-        entries.sort_by_key(|entry| entry["partition"].as_u64());
-        let complete = entries.len() == partitions as usize
-            && entries
-                .iter()
-                .zip(0..)
-                .all(|(entry, partition)| entry["partition"].as_u64() == Some(partition));
-        if !complete {
-            let moving = Answer::unavailable("a partition's volume is moving between nodes");
-            return Ok(Err(moving));
-        }
-        Ok(Ok(entries))
+        Ok(complete(
+            answered.into_values().flatten().collect(),
+            partitions,
+        ))
     }
 
     /// A group commit of `offsets` (partition → offset), so that a bad offset changes nothing
@@ -371,6 +363,143 @@ impl<'a> Spread<'a> {
             offsets: appended.offsets,
         }))
     }
+
+    /// Each partition's entry of a topic-wide request (`GET /topics/{topic}`): each node
+    /// answers for the partitions it holds (this one through `here`), in partition order.
+    pub(crate) async fn gather<F, Fut>(
+        &self,
+        topic: &str,
+        partitions: u32,
+        here: F,
+    ) -> Spreading<Vec<Value>>
+    where
+        F: FnOnce(Vec<u32>) -> Fut,
+        Fut: std::future::Future<Output = Result<Vec<Value>, ApiError>>,
+    {
+        let mut places = match self.places(topic, 0..partitions) {
+            Ok(places) => places,
+            Err(unowned) => return Ok(Err(unowned)),
+        };
+        let mut entries = here(places.remove(&Place::Here).unwrap_or_default()).await?;
+        let query = Some(self.request.query_string().to_owned());
+        let asked = places.keys().filter_map(|place| match place {
+            Place::At(url) => Some(self.ask(url, query.clone(), Vec::new())),
+            Place::Here => None,
+        });
+        for answer in join_all(asked).await {
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(failed) => return Ok(Err(failed)),
+            };
+            match entries_of(&answer) {
+                Some(theirs) => entries.extend(theirs),
+                None => return Ok(Err(answer)),
+            }
+        }
+        Ok(complete(entries, partitions))
+    }
+
+    /// A topic-wide lease claim: the partitions are tried in turn, each where its volume is
+    /// held, until one grants a range. Answers the lease with its `partition`, or `None`.
+    pub(crate) async fn lease_any<F, Fut>(
+        &self,
+        topic: &str,
+        group: &str,
+        partitions: u32,
+        here: F,
+    ) -> Spreading<Option<Value>>
+    where
+        F: Fn(u32) -> Fut,
+        Fut: std::future::Future<Output = Result<Option<Value>, ApiError>>,
+    {
+        for partition in 0..partitions {
+            let id = self.state.log.partition(topic, partition)?;
+            let volume = volume_of(&id, self.cluster.volume_count());
+            if self.cluster.route(volume) == Route::Local {
+                if let Some(lease) = here(partition).await? {
+                    return Ok(Ok(Some(lease)));
+                }
+                continue;
+            }
+            let query = self.request.query_string();
+            let path = format!("/topics/{topic}/partitions/{partition}/groups/{group}/leases");
+            let outgoing = Outgoing {
+                method: actix_web::http::Method::POST,
+                path_and_query: if query.is_empty() {
+                    path
+                } else {
+                    format!("{path}?{query}")
+                },
+                headers: self.request.headers().clone(),
+                body: actix_web::web::Bytes::new(),
+            };
+            let answer = forward(self.cluster, self.forwarder, &outgoing, volume).await;
+            match answer.status {
+                200 => {
+                    let mut lease: Value = match serde_json::from_slice(&answer.body) {
+                        Ok(lease) => lease,
+                        Err(_) => return Ok(Err(answer)),
+                    };
+                    lease["partition"] = partition.into();
+                    return Ok(Ok(Some(lease)));
+                }
+                204 => {}
+                _ => return Ok(Err(answer)),
+            }
+        }
+        Ok(Ok(None))
+    }
+
+    /// A page of the topic list: every live node lists the topics of the volumes it holds
+    /// (this one through `here`), and the first `limit` of their merge are the page, with
+    /// `next` when more may follow.
+    pub(crate) async fn topics<F, Fut>(
+        &self,
+        limit: usize,
+        here: F,
+    ) -> Spreading<(Vec<Value>, Option<String>)>
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<(Vec<Value>, Option<String>), ApiError>>,
+    {
+        let (mut topics, mut more) = {
+            let (topics, next) = here().await?;
+            (topics, next.is_some())
+        };
+        let query = Some(self.request.query_string().to_owned());
+        let others = self.cluster.other_members();
+        let asked = others
+            .iter()
+            .map(|url| self.ask(url, query.clone(), Vec::new()));
+        for answer in join_all(asked).await {
+            let answer = match answer {
+                Ok(answer) => answer,
+                Err(failed) => return Ok(Err(failed)),
+            };
+            let page: Option<Value> = (answer.status == 200)
+                .then(|| serde_json::from_slice(&answer.body).ok())
+                .flatten();
+            let Some(Value::Array(theirs)) = page.as_ref().map(|page| page["topics"].clone())
+            else {
+                return Ok(Err(answer));
+            };
+            more |= page.is_some_and(|page| !page["next"].is_null());
+            topics.extend(theirs);
+        }
+        topics.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+        topics.dedup_by(|a, b| a["name"] == b["name"]);
+        more |= topics.len() > limit;
+        topics.truncate(limit);
+        let next = more
+            .then(|| {
+                topics
+                    .last()
+                    .and_then(|topic| topic["name"].as_str())
+                    .map(str::to_owned)
+            })
+            .flatten();
+        Ok(Ok((topics, next)))
+    }
 }
 
 /// A record as a forwarded batch carries it.
@@ -387,7 +516,25 @@ struct OffsetsIn {
     offsets: Vec<u64>,
 }
 
-/// The entries of a node's `200` group poll, if it is one.
+/// The entries of every partition `0..partitions`, in order; `Err` with `503` when one is
+/// missing (a node answered for other partitions than it was asked: a volume is moving).
+fn complete(mut entries: Vec<Value>, partitions: u32) -> Result<Vec<Value>, Answer> {
+    entries.sort_by_key(|entry| entry["partition"].as_u64());
+    let complete = entries.len() == partitions as usize
+        && entries
+            .iter()
+            .zip(0..)
+            .all(|(entry, partition)| entry["partition"].as_u64() == Some(partition));
+    if complete {
+        Ok(entries)
+    } else {
+        Err(Answer::unavailable(
+            "a partition's volume is moving between nodes",
+        ))
+    }
+}
+
+/// The entries of a node's `200` group poll or topic description, if it is one.
 fn entries_of(answer: &Answer) -> Option<Vec<Value>> {
     if answer.status != 200 {
         return None;

@@ -203,9 +203,22 @@ impl Log {
     /// # Errors
     /// Name errors; `unavailable`.
     pub async fn describe_topic(&self, topic: &str) -> Result<Vec<PartitionDetail>, Error> {
-        let partitions = self.partitions(topic)?;
-        let mut details = Vec::with_capacity(partitions as usize);
-        for partition in 0..partitions {
+        let partitions: Vec<u32> = (0..self.partitions(topic)?).collect();
+        self.describe_partitions(topic, &partitions).await
+    }
+
+    /// [`describe_topic`](Self::describe_topic) of `partitions` only, in the order given (a
+    /// cluster's node describes the partitions it holds).
+    ///
+    /// # Errors
+    /// As [`describe_topic`](Self::describe_topic), and `unknown_partition`.
+    pub async fn describe_partitions(
+        &self,
+        topic: &str,
+        partitions: &[u32],
+    ) -> Result<Vec<PartitionDetail>, Error> {
+        let mut details = Vec::with_capacity(partitions.len());
+        for &partition in partitions {
             details.push(PartitionDetail {
                 partition,
                 bounds: self.bounds(topic, partition).await?,

@@ -542,7 +542,9 @@ fn a_stopped_owner_acknowledges_nothing_after_its_volumes_moved() {
 /// A group polled page by page through random nodes and committed through random nodes, with
 /// an owner killed halfway: every acknowledged record is consumed, the cursors the commits
 /// answer never go back, a long-poll through one node wakes for a record appended through
-/// another, and a commit with one bad offset changes no partition's cursor anywhere.
+/// another, and a commit with one bad offset changes no partition's cursor anywhere. Then the
+/// topic list and description through any node show every partition, and lease workers
+/// claiming topic-wide through random nodes get every record once.
 #[test]
 fn a_group_consumes_everything_through_any_node_across_a_failover() {
     let etcd = Etcd::start();
@@ -653,4 +655,65 @@ fn a_group_consumes_everything_through_any_node_across_a_failover() {
         .flat_map(|entry| entry["records"].as_array().cloned().unwrap_or_default())
         .any(|record| record["key"] == "woken");
     assert!(woke, "{page}");
+
+    // The topic list and the topic's description, through any node, hold every partition.
+    for &node in &live {
+        let (status, topics) = request(node, "GET", "/topics", None).expect("the topics");
+        assert_eq!(status, 200, "{topics}");
+        assert_eq!(
+            topics["topics"],
+            json!([{"name": TOPIC, "partitions": PARTITIONS}])
+        );
+        let (status, detail) =
+            request(node, "GET", &format!("/topics/{TOPIC}"), None).expect("the topic");
+        assert_eq!(status, 200, "{detail}");
+        let described = detail["partitions"].as_array().expect("partitions");
+        assert_eq!(described.len(), PARTITIONS as usize, "{detail}");
+        for (partition, entry) in described.iter().enumerate() {
+            assert_eq!(entry["partition"], partition);
+            assert_eq!(
+                entry["cursors"]["billing"],
+                cursors[&(partition as u32)],
+                "{entry}"
+            );
+        }
+    }
+
+    // Lease workers claim topic-wide through random nodes and ack through random nodes: every
+    // record is delivered once, and a second ack of a settled batch is refused.
+    let claim_path = format!("/topics/{TOPIC}/groups/workers/leases?limit=7");
+    let mut delivered: BTreeMap<String, (u32, u64)> = BTreeMap::new();
+    let mut settled = None;
+    loop {
+        let node = live[rng.below(live.len() as u64) as usize];
+        let (status, lease) = request(node, "POST", &claim_path, None).expect("a claim");
+        if status == 204 {
+            break;
+        }
+        assert_eq!(status, 200, "{lease}");
+        let partition = lease["partition"].as_u64().expect("a partition") as u32;
+        for record in lease["records"].as_array().expect("records") {
+            let key = record["key"].as_str().expect("a key").to_owned();
+            let offset = record["offset"].as_u64().expect("an offset");
+            assert_eq!(
+                delivered.insert(key.clone(), (partition, offset)),
+                None,
+                "{key} twice"
+            );
+        }
+        let batch = lease["batchId"].as_str().expect("a batch id");
+        let ack =
+            format!("/topics/{TOPIC}/partitions/{partition}/groups/workers/leases/{batch}/ack");
+        let node = live[rng.below(live.len() as u64) as usize];
+        let (status, body) = request(node, "POST", &ack, None).expect("an ack");
+        assert_eq!(status, 200, "{body}");
+        settled = Some(ack);
+    }
+    assert_eq!(delivered, acknowledged.keys, "every record leased once");
+    let ack = settled.expect("a lease was granted");
+    let (status, body) = request(live[0], "POST", &ack, None).expect("an ack");
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("lease_not_held"))
+    );
 }
