@@ -698,6 +698,56 @@ impl Handler<Shutdown> for PartitionRegistry {
     }
 }
 
+/// Hands volume `volume` to another node of the cluster: no partition of it opens here from
+/// now on, each running one stops after committing what it has queued, and the volume is
+/// closed.
+#[derive(Message, Debug)]
+#[rtype(result = "()")]
+pub(crate) struct ReleaseVolume {
+    pub volume: usize,
+    /// How many volumes a partition's name is spread over.
+    pub volume_count: usize,
+}
+
+impl Handler<ReleaseVolume> for PartitionRegistry {
+    type Result = ResponseActFuture<Self, ()>;
+
+    fn handle(&mut self, release: ReleaseVolume, ctx: &mut Self::Context) -> Self::Result {
+        let detached = self.volumes.detach(release.volume);
+        let leaving: Vec<PartitionId> = self
+            .running
+            .keys()
+            .filter(|id| {
+                crate::cluster::placement::volume_of(id, release.volume_count) == release.volume
+            })
+            .cloned()
+            .collect();
+        let mut drained = Vec::with_capacity(leaving.len());
+        for id in &leaving {
+            let (done, waiting) = oneshot::channel();
+            self.close(id, ctx);
+            if let Some(waiters) = self.closing.get_mut(id) {
+                waiters.push(done);
+            }
+            drained.push(waiting);
+        }
+        Box::pin(
+            async move {
+                for waiting in drained {
+                    let _ = waiting.await;
+                }
+                if let Some(volume) = detached {
+                    let closed = actix_web::rt::task::spawn_blocking(move || volume.close()).await;
+                    if let Ok(Err(err)) = closed {
+                        log::error!("closing a released volume: {err}");
+                    }
+                }
+            }
+            .into_actor(self),
+        )
+    }
+}
+
 /// Lists the partitions whose actors are running (for tests and operators).
 #[derive(Message, Debug)]
 #[rtype(result = "Vec<PartitionId>")]

@@ -162,6 +162,19 @@ impl Etcd {
         Ok(())
     }
 
+    /// Deletes key only if it holds exactly `value`; true when deleted.
+    pub(crate) async fn delete_if(&self, key: &str, value: &[u8]) -> Result<bool, EtcdError> {
+        let key = STANDARD.encode(key);
+        let holds = json!({
+            "key": key,
+            "target": "VALUE",
+            "result": "EQUAL",
+            "value": STANDARD.encode(value),
+        });
+        let delete = json!({ "request_delete_range": { "key": key } });
+        self.txn(holds, delete).await
+    }
+
     /// Every key starting with `prefix`, sorted by key, and the store's revision at the read.
     pub(crate) async fn prefix(&self, prefix: &str) -> Result<(Vec<KeyValue>, i64), EtcdError> {
         #[derive(Deserialize)]
@@ -669,6 +682,26 @@ mod tests {
         client.revoke(lease).await.unwrap();
         client.revoke(lease).await.unwrap();
         assert_eq!(client.prefix(&prefix).await.unwrap().0.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn delete_if_deletes_only_the_expected_value() {
+        let etcd = TestEtcd::start().await;
+        let client = etcd.client();
+        let prefix = unique_prefix("delete-if");
+        let key = format!("{prefix}owner");
+        client.put(&key, b"mine", 0).await.unwrap();
+
+        assert!(!client.delete_if(&key, b"theirs").await.unwrap());
+        let (kvs, _) = client.prefix(&prefix).await.unwrap();
+        assert_eq!(
+            kvs.iter().map(|kv| kv.value.as_slice()).collect::<Vec<_>>(),
+            [b"mine"]
+        );
+
+        assert!(client.delete_if(&key, b"mine").await.unwrap());
+        assert!(client.prefix(&prefix).await.unwrap().0.is_empty());
+        assert!(!client.delete_if(&key, b"mine").await.unwrap());
     }
 
     #[tokio::test]

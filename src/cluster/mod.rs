@@ -90,6 +90,8 @@ pub struct ClusterCounters {
     pub forward_failures: AtomicU64,
     /// Changes of a volume's owner seen in etcd.
     pub ownership_changes: AtomicU64,
+    /// Volumes this node handed to another node.
+    pub releases: AtomicU64,
 }
 
 /// This node's part in a cluster: its view of who owns what (read by the router) and the task
@@ -119,6 +121,8 @@ struct Shared {
     volumes: OnceLock<Arc<Volumes>>,
     /// Volumes this node is taking now.
     taking: RwLock<Vec<usize>>,
+    /// The volume this node is handing to another now, if any.
+    releasing: RwLock<Option<usize>>,
     /// This incarnation's lease, once it joined.
     lease: OnceLock<LeaseId>,
     /// Set when the node leaves: its lease ends on purpose.
@@ -204,6 +208,7 @@ impl Cluster {
                 }),
                 volumes: OnceLock::new(),
                 taking: RwLock::new(Vec::new()),
+                releasing: RwLock::new(None),
                 lease: OnceLock::new(),
                 leaving: AtomicBool::new(false),
                 changed: tokio::sync::Notify::new(),
@@ -230,6 +235,7 @@ impl Cluster {
         replicator: Arc<Replicator>,
         volumes: Arc<Volumes>,
         replica_counters: Arc<ReplicaCounters>,
+        close_volume: CloseVolume,
     ) {
         let _ = self.shared.volumes.set(volumes.clone());
         let shared = self.shared.clone();
@@ -242,15 +248,28 @@ impl Cluster {
             let _ = shared.lease.set(lease);
             tokio::spawn(shared.clone().keep_lease(lease, replica_counters));
             tokio::spawn(shared.clone().watch_changes());
-            shared
-                .claim_forever(inc, lease, &replicator, &volumes)
-                .await;
+            let parts = Parts {
+                inc,
+                lease,
+                replicator,
+                volumes,
+                close_volume,
+            };
+            shared.claim_forever(&parts).await;
         });
     }
 
     /// Where volume `volume` is served from, as this node last saw it.
     pub fn route(&self, volume: usize) -> Route {
         let shared = &self.shared;
+        if *shared
+            .releasing
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            == Some(volume)
+        {
+            return Route::Unowned;
+        }
         if shared
             .volumes
             .get()
@@ -320,6 +339,10 @@ impl Cluster {
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
+            releasing: *shared
+                .releasing
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
         }
     }
 
@@ -374,6 +397,19 @@ impl Cluster {
     }
 }
 
+/// Stops every partition of a volume this node hands to another, and closes the volume.
+pub(crate) type CloseVolume =
+    Arc<dyn Fn(usize) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
+
+/// What the task claiming and releasing this node's volumes works with.
+struct Parts {
+    inc: u64,
+    lease: LeaseId,
+    replicator: Arc<Replicator>,
+    volumes: Arc<Volumes>,
+    close_volume: CloseVolume,
+}
+
 /// `GET /cluster`: the members, the volumes each owns, and what is moving.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ClusterStatus {
@@ -387,6 +423,8 @@ pub struct ClusterStatus {
     pub unowned: Vec<usize>,
     /// Volumes the answering node is taking now.
     pub taking: Vec<usize>,
+    /// The volume the answering node is handing to another now, if any.
+    pub releasing: Option<usize>,
 }
 
 /// One live node of the cluster, as `GET /cluster` shows it.
@@ -570,18 +608,13 @@ impl Shared {
         }
     }
 
-    /// Reads the view whenever the keys change (and every [`tick`]) and takes the volumes due
-    /// to this node, for ever.
-    async fn claim_forever(
-        &self,
-        inc: u64,
-        lease: LeaseId,
-        replicator: &Replicator,
-        volumes: &Volumes,
-    ) {
+    /// Reads the view whenever the keys change (and every [`tick`]), takes the volumes due to
+    /// this node and, once every volume has an owner, hands the volumes it holds that fall to
+    /// another node to that node, one at a time, for ever.
+    async fn claim_forever(&self, parts: &Parts) {
         let mine = serde_json::to_vec(&Owner {
             node: self.node.clone(),
-            inc,
+            inc: parts.inc,
         })
         .expect("serializes");
         // When each volume due here was first seen due: a takeover lasts from then.
@@ -594,13 +627,13 @@ impl Shared {
                 let _ = tokio::time::timeout(tick(self.ttl), self.changed.notified()).await;
                 continue;
             }
-            let due = self.due_to_take(inc, volumes);
+            let due = self.due_to_take(parts.inc, &parts.volumes);
             due_since.retain(|volume, _| due.contains(volume));
             let mut claimed = Vec::new();
             for &volume in &due {
                 due_since.entry(volume).or_insert_with(Instant::now);
                 let key = self.owner_key(volume);
-                let owned = match self.etcd.create(&key, &mine, lease).await {
+                let owned = match self.etcd.create(&key, &mine, parts.lease).await {
                     Ok(true) => true,
                     // Claimed by this incarnation earlier, and not taken yet.
                     Ok(false) => self.owned_by(&key, &mine).await,
@@ -614,14 +647,71 @@ impl Shared {
                 }
             }
             if !claimed.is_empty() {
-                self.take(&claimed, replicator, volumes, &due_since).await;
+                self.take(&claimed, parts, &due_since).await;
                 for volume in &claimed {
                     due_since.remove(volume);
                 }
                 continue;
             }
+            if let Some(volume) = self.due_to_release(&parts.volumes) {
+                self.release(volume, &mine, parts).await;
+                continue;
+            }
             let _ = tokio::time::timeout(tick(self.ttl), self.changed.notified()).await;
         }
+    }
+
+    /// A volume this node holds that rendezvous hashing gives another live node, once every
+    /// volume has an owner (moves wait for failures to be taken care of).
+    fn due_to_release(&self, volumes: &Volumes) -> Option<usize> {
+        let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+        if view.owners.iter().any(Option::is_none) {
+            return None;
+        }
+        let members = || view.members.keys().map(String::as_str);
+        (0..self.volume_count).find(|&volume| {
+            volumes.holds(volume)
+                && placement::owner_of(volume, members()).is_some_and(|pick| pick != self.node)
+        })
+    }
+
+    /// Hands volume `volume` to the node it falls to: its requests are answered `503` with
+    /// `Retry-After` meanwhile; its partitions stop and the volume closes; the replica ends
+    /// this node's segment of its history once everything landed; then the owner key goes,
+    /// and the node it falls to claims it and takes it without a seal.
+    async fn release(&self, volume: usize, mine: &[u8], parts: &Parts) {
+        *self
+            .releasing
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = Some(volume);
+        let started = Instant::now();
+        (parts.close_volume)(volume).await;
+        let released = parts.replicator.release(volume).await;
+        let outcome = match released {
+            Ok(()) => self
+                .etcd
+                .delete_if(&self.owner_key(volume), mine)
+                .await
+                .map(|_| ())
+                .map_err(|err| err.to_string()),
+            Err(err) => Err(err.to_string()),
+        };
+        match outcome {
+            Ok(()) => {
+                self.counters.releases.fetch_add(1, Ordering::Relaxed);
+                log::info!(
+                    "cluster: released volume {volume} in {:?}",
+                    started.elapsed()
+                );
+            }
+            // The volume is closed here and its history may be ended: this node cannot serve
+            // it again as it is. A new incarnation takes it back, or another node does.
+            Err(err) => fail_stop(&format!("releasing volume {volume} failed: {err}")),
+        }
+        *self
+            .releasing
+            .write()
+            .unwrap_or_else(PoisonError::into_inner) = None;
     }
 
     /// Whether `key` holds `mine`.
@@ -634,19 +724,13 @@ impl Shared {
 
     /// Takes the `claimed` volumes through the replica and opens them; what fails is retried
     /// on the next round (the claim stays).
-    async fn take(
-        &self,
-        claimed: &[usize],
-        replicator: &Replicator,
-        volumes: &Volumes,
-        due_since: &BTreeMap<usize, Instant>,
-    ) {
+    async fn take(&self, claimed: &[usize], parts: &Parts, due_since: &BTreeMap<usize, Instant>) {
         *self.taking.write().unwrap_or_else(PoisonError::into_inner) = claimed.to_vec();
-        let taken = replicator.take(claimed).await;
+        let taken = parts.replicator.take(claimed).await;
         let opened = taken.map_err(|err| err.to_string()).and_then(|()| {
             claimed
                 .iter()
-                .try_for_each(|&volume| volumes.attach(volume).map_err(|err| err.to_string()))
+                .try_for_each(|&volume| parts.volumes.attach(volume).map_err(|err| err.to_string()))
         });
         self.taking
             .write()

@@ -9,14 +9,15 @@ use super::dead_letter::DeadLetterTopic;
 use super::long_poll::WaitsReleased;
 use super::{Inner, Log};
 use crate::clock::Clock;
-use crate::cluster::Cluster;
+use crate::cluster::{CloseVolume, Cluster};
 use crate::cold::ColdStore;
 use crate::config::Config;
 use crate::config::ReplicationKind;
 use crate::error::Error;
 use crate::partition::DeadLetter;
 use crate::registry::{
-    Addresses, DeadLetterFor, PartitionCounters, PartitionRegistry, RegistryParts, Signals,
+    Addresses, DeadLetterFor, PartitionCounters, PartitionRegistry, RegistryParts, ReleaseVolume,
+    Signals,
 };
 use crate::replica::{ReplicaError, Replicator};
 use crate::store::{ColdFlushCounters, ReplicaCounters, Stream, Volumes};
@@ -123,9 +124,6 @@ impl LogBuilder {
                 Error::unavailable(None, "cannot review the due times", Some(err.into()))
             })?;
         let volumes = Arc::new(volumes);
-        if let (Some(cluster), Some(replicator)) = (&cluster, replicator) {
-            cluster.serve(replicator, volumes.clone(), replica_counters.clone());
-        }
         let clock = self.clock;
         let custom = self.dead_letter;
         let signals = Arc::new(Signals::default());
@@ -174,6 +172,25 @@ impl LogBuilder {
                 addresses: addresses.clone(),
             })
         });
+        if let (Some(cluster), Some(replicator)) = (&cluster, replicator) {
+            let closer = registry.clone();
+            let close_volume: CloseVolume = Arc::new(move |volume| {
+                let release = ReleaseVolume {
+                    volume,
+                    volume_count,
+                };
+                let sent = closer.send(release);
+                Box::pin(async move {
+                    let _ = sent.await;
+                })
+            });
+            cluster.serve(
+                replicator,
+                volumes.clone(),
+                replica_counters.clone(),
+                close_volume,
+            );
+        }
         Ok(Log {
             inner: Arc::new(Inner {
                 config,

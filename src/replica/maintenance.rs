@@ -61,7 +61,7 @@ impl Node {
 
     /// Waits until this incarnation's window `position` landed: a copy commits its groups
     /// before their window lands, and a snapshot must hold landed writes only.
-    async fn wait_for_landing(&self, position: &Position) -> Result<(), ReplicaError> {
+    pub(super) async fn wait_for_landing(&self, position: &Position) -> Result<(), ReplicaError> {
         if position.node != self.node || position.inc != self.inc {
             return Ok(());
         }

@@ -280,6 +280,25 @@ impl Replicator {
         self.node.take(volumes, first).await
     }
 
+    /// Hands volume `volume`, closed here, to whichever node takes it next: once every window
+    /// submitted so far landed (the volume's last changes among them), its manifest ends this
+    /// incarnation's segment there, so the next owner replays up to that end and needs no
+    /// seal. This incarnation holds the volume no more.
+    ///
+    /// # Errors
+    /// [`ReplicaError`] when the windows do not land (the stream was sealed, or the bucket
+    /// does not answer), or the manifest changed meanwhile.
+    pub(crate) async fn release(&self, volume: usize) -> Result<(), ReplicaError> {
+        let last = lock(&self.outbox.windows).next_seq - 1;
+        let at = Position {
+            node: self.name.clone(),
+            inc: self.inc,
+            seq: last,
+        };
+        self.node.wait_for_landing(&at).await?;
+        self.node.release(volume, last + 1).await
+    }
+
     /// [`Replicator::take`] on the replica's own thread, blocking until it is done.
     ///
     /// # Errors
@@ -356,6 +375,41 @@ impl Node {
             self.inc
         );
         Ok(())
+    }
+
+    /// Ends this incarnation's segment of volume `volume` at window `end` (see
+    /// [`Replicator::release`]), and holds it no more.
+    async fn release(&self, volume: usize, end: u64) -> Result<(), ReplicaError> {
+        let mut held = self.volumes[volume].lock().await;
+        let Some(current) = held.as_ref() else {
+            return Ok(());
+        };
+        let mut next = current.manifest.clone();
+        next.version += 1;
+        if let Some(own) = next.chain.last_mut() {
+            if own.node == self.node && own.inc == self.inc {
+                own.end = Some(end.max(own.first));
+            }
+        }
+        next.chain
+            .retain(|segment| segment.end != Some(segment.first));
+        let key = self.keys.manifest(volume);
+        match self
+            .objects
+            .replace(&key, &next.encode(), &current.etag)
+            .await?
+        {
+            Put::Stored(_) => {
+                *held = None;
+                self.epochs[volume].store(0, Ordering::SeqCst);
+                self.held.fetch_sub(1, Ordering::SeqCst);
+                log::info!("replica: released volume {volume} (its history ends at window {end})");
+                Ok(())
+            }
+            Put::ConditionFailed => Err(ReplicaError::Refused(format!(
+                "volume {volume}'s manifest was replaced by another node"
+            ))),
+        }
     }
 
     /// Counts `bytes` landed for volume `volume`, and starts its snapshot when one is due.

@@ -161,6 +161,16 @@ impl Volumes {
         Ok(())
     }
 
+    /// Volume `index` is held by another node from now on: no partition of it opens here any
+    /// more. Answers the volume, for the caller to close once its open partitions drained.
+    pub(crate) fn detach(&self, index: usize) -> Option<Arc<Volume>> {
+        let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
+        match std::mem::replace(slots.get_mut(index)?, Slot::Elsewhere) {
+            Slot::Open(volume) => Some(volume),
+            Slot::Unopened(_) | Slot::Elsewhere => None,
+        }
+    }
+
     /// How many volumes the data folder has, opened or not.
     pub(crate) fn count(&self) -> usize {
         self.slots().len()

@@ -185,6 +185,41 @@ fn wait_for_owners(node: SocketAddr, members: usize) -> Value {
     }
 }
 
+/// Waits until `node`'s view of the cluster satisfies `settled`; answers it.
+fn wait_for_view(node: SocketAddr, what: &str, settled: impl Fn(&Value) -> bool) -> Value {
+    let started = Instant::now();
+    loop {
+        if let Some(view) = cluster_view(node).filter(|view| settled(view)) {
+            return view;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "{what}: {:?}",
+            cluster_view(node)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Whether every volume of `view` is with the node rendezvous hashing picks among its members,
+/// and nothing is moving.
+fn balanced(view: &Value) -> bool {
+    let members: Vec<String> = view["members"]
+        .as_object()
+        .map(|members| members.keys().cloned().collect())
+        .unwrap_or_default();
+    let owned = owners(view);
+    owned.len() == VOLUMES.parse::<usize>().expect("a count")
+        && owned.iter().all(|(volume, owner)| {
+            let pick = durability::cluster::placement::owner_of(
+                *volume as usize,
+                members.iter().map(String::as_str),
+            );
+            pick == Some(owner.as_str())
+        })
+        && view["releasing"].is_null()
+}
+
 /// The node owning each volume in `view`.
 fn owners(view: &Value) -> BTreeMap<u64, String> {
     let mut owners = BTreeMap::new();
@@ -716,4 +751,82 @@ fn a_group_consumes_everything_through_any_node_across_a_failover() {
         (status, body["error"]["code"].as_str()),
         (409, Some("lease_not_held"))
     );
+}
+
+/// A fourth node joins: the others hand it the volumes that rendezvous hashing gives it, one at
+/// a time, while writes go on through every node (each write retried with its key until
+/// acknowledged). Then a node is stopped cleanly (SIGTERM): it closes its volumes and revokes
+/// its lease, and the others take them. Every acknowledged record stays, exactly once.
+#[test]
+fn volumes_move_to_a_joining_node_and_away_from_one_leaving_cleanly() {
+    let etcd = Etcd::start();
+    let s3 = block_on(fresh_s3_bucket());
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|name| Node::start(name, &etcd, &s3))
+        .collect();
+    wait_for_view(nodes[0].addr(), "three nodes, balanced", |view| {
+        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
+    });
+    let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
+    let mut acknowledged = Acknowledged::default();
+    let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
+    for n in 0..32 {
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
+    }
+
+    nodes.push(Node::start("d", &etcd, &s3));
+    let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
+    let mut slowest = Duration::ZERO;
+    let mut n = 0;
+    let joined = Instant::now();
+    loop {
+        let took = acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("joining-{n}"));
+        slowest = slowest.max(took);
+        n += 1;
+        let view = cluster_view(all[0]);
+        let settled = view.as_ref().is_some_and(|view| {
+            view["members"].as_object().map(serde_json::Map::len) == Some(4)
+                && balanced(view)
+                && !view["members"]["d"]["volumes"]
+                    .as_array()
+                    .is_none_or(Vec::is_empty)
+        });
+        if settled && n >= 32 {
+            break;
+        }
+        assert!(
+            joined.elapsed() < Duration::from_secs(90),
+            "no balance: {view:?}"
+        );
+    }
+    eprintln!(
+        "a fourth node joined: balanced after {:?}; the slowest write meanwhile took {slowest:?}",
+        joined.elapsed()
+    );
+
+    let leaving = nodes.remove(1);
+    let mut server = leaving.server.expect("running");
+    server.signal("TERM");
+    let exited = server.wait_for_exit(Duration::from_secs(30));
+    assert_eq!(
+        exited.and_then(|status| status.code()),
+        Some(0),
+        "a clean stop"
+    );
+    let left = Instant::now();
+    let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
+    for n in 0..32 {
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("after-leave-{n}"));
+    }
+    wait_for_view(all[0], "three nodes, balanced again", |view| {
+        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
+    });
+    eprintln!(
+        "a node left cleanly: balanced again after {:?}",
+        left.elapsed()
+    );
+    for node in all {
+        acknowledged.check(node);
+    }
 }

@@ -40,7 +40,7 @@
 //! | `durability_cluster_members`, `durability_cluster_held_volumes` | gauge (in a cluster only: live nodes; volumes this node serves) | |
 //! | `durability_cluster_takeovers_total`, `durability_cluster_takeover_milliseconds_total` | counter (volumes taken, and how long from finding each unowned to serving it) | |
 //! | `durability_cluster_forwards_total`, `durability_cluster_forward_failures_total` | counter (requests forwarded to their partition's owner; those that reached none) | |
-//! | `durability_cluster_ownership_changes_total` | counter (changes of a volume's owner seen in etcd) | |
+//! | `durability_cluster_ownership_changes_total`, `durability_cluster_releases_total` | counter (changes of a volume's owner seen in etcd; volumes this node handed to another) | |
 //! | `durability_damaged_volumes` | gauge (1 for each damaged volume; see the README's Guarantees) | `volume`, `kind` (`malformed`, `lost`, `unopenable`) |
 //! | `process_open_fds`, `process_threads`, `process_resident_memory_bytes`, ... | the process's own figures (Linux) | |
 
@@ -117,6 +117,7 @@ struct ClusterFamilies {
     forwards: IntCounter,
     forward_failures: IntCounter,
     ownership_changes: IntCounter,
+    releases: IntCounter,
 }
 
 impl ClusterFamilies {
@@ -152,6 +153,10 @@ impl ClusterFamilies {
                 "durability_cluster_ownership_changes_total",
                 "Changes of a volume's owner that this node saw in etcd.",
             ),
+            releases: counter(
+                "durability_cluster_releases_total",
+                "Volumes this node handed to another node (a node joined or came back).",
+            ),
         }
     }
 
@@ -165,6 +170,7 @@ impl ClusterFamilies {
         catch_up(&self.forwards, read(&counters.forwards));
         catch_up(&self.forward_failures, read(&counters.forward_failures));
         catch_up(&self.ownership_changes, read(&counters.ownership_changes));
+        catch_up(&self.releases, read(&counters.releases));
         let status = cluster.status();
         self.members.set(gauge(status.members.len() as u64));
         self.held_volumes.set(gauge(cluster.held_volumes() as u64));
