@@ -386,10 +386,11 @@ impl Node {
         };
         let mut next = current.manifest.clone();
         next.version += 1;
-        if let Some(own) = next.chain.last_mut() {
-            if own.node == self.node && own.inc == self.inc {
-                own.end = Some(end.max(own.first));
-            }
+        if let Some(own) = next.chain.last_mut()
+            && own.node == self.node
+            && own.inc == self.inc
+        {
+            own.end = Some(end.max(own.first));
         }
         next.chain
             .retain(|segment| segment.end != Some(segment.first));
