@@ -246,7 +246,11 @@ impl Cluster {
                 Err(err) => fail_stop(&format!("cannot join the cluster: {err}")),
             };
             let _ = shared.lease.set(lease);
-            tokio::spawn(shared.clone().keep_lease(lease, replica_counters));
+            tokio::spawn(
+                shared
+                    .clone()
+                    .keep_lease(lease, replicator.clone(), replica_counters),
+            );
             tokio::spawn(shared.clone().watch_changes());
             let parts = Parts {
                 inc,
@@ -504,9 +508,16 @@ impl Shared {
         Ok(lease)
     }
 
-    /// Renews the lease a third of its TTL apart. A node that cannot for a whole TTL, or whose
-    /// stream another node sealed, stops (see [`fail_stop`]).
-    async fn keep_lease(self: Arc<Self>, lease: LeaseId, replica: Arc<ReplicaCounters>) {
+    /// Renews the lease a third of its TTL apart. A node that cannot for a whole TTL, whose
+    /// stream another node sealed, or whose windows cannot land for a whole TTL (cut off from
+    /// the bucket) stops, the latter after revoking its lease so that nodes that reach the
+    /// bucket take its volumes at once (see [`fail_stop`]).
+    async fn keep_lease(
+        self: Arc<Self>,
+        lease: LeaseId,
+        replicator: Arc<Replicator>,
+        replica: Arc<ReplicaCounters>,
+    ) {
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.ttl / 3).await;
@@ -515,6 +526,15 @@ impl Shared {
             }
             if replica.fenced() {
                 fail_stop("another node sealed this node's stream");
+            }
+            if replicator
+                .stalled_for()
+                .is_some_and(|stalled| stalled >= self.ttl)
+            {
+                if let Err(err) = self.etcd.revoke(lease).await {
+                    log::warn!("cluster: revoking the lease failed: {err}");
+                }
+                fail_stop("this node's writes could not land in the bucket for its lease's TTL");
             }
             match self.etcd.keep_alive(lease).await {
                 Ok(true) => renewed = Instant::now(),

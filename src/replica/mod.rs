@@ -256,6 +256,13 @@ impl Replicator {
         }))
     }
 
+    /// How long the oldest window not landed yet has waited (none waits: `None`): a node whose
+    /// windows cannot land for long cannot keep its volumes.
+    pub(crate) fn stalled_for(&self) -> Option<Duration> {
+        let windows = lock(&self.outbox.windows);
+        windows.queue.front().map(|window| window.opened.elapsed())
+    }
+
     /// This node's incarnation: the number of its stream.
     pub(crate) fn inc(&self) -> u64 {
         self.inc

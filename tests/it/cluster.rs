@@ -19,10 +19,19 @@ use crate::common::process::{Server, replication_env, request};
 const TOPIC: &str = "orders";
 /// Partitions written: spread over every volume of the small clusters below.
 const PARTITIONS: u32 = 8;
-const VOLUMES: &str = "8";
-const LEASE_TTL_MS: u64 = 2000;
+const VOLUMES: &str = "16";
+const LEASE_TTL_MS: u64 = 3000;
 /// How long a write is retried (same deduplication key) before the test gives up on it.
 const WRITE_PATIENCE: Duration = Duration::from_secs(40);
+
+/// Held by each test for its whole run: one cluster of processes at a time, so that a node's
+/// lease and its windows are not starved of the machine by another cluster's.
+fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static CLUSTERS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CLUSTERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// A free TCP port of 127.0.0.1 (free when asked; the process that binds it next gets it).
 fn free_port() -> u16 {
@@ -32,53 +41,101 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// One etcd member on 127.0.0.1, in a folder of its own; killed when dropped.
+/// etcd on 127.0.0.1: one member or several, each in a folder of its own; killed when
+/// dropped.
 struct Etcd {
-    child: Child,
+    members: Vec<Child>,
+    clients: Vec<SocketAddr>,
+    /// The client URLs, comma-separated (`cluster.etcd_endpoints`).
     endpoint: String,
     _dir: TempDir,
 }
 
 impl Etcd {
     fn start() -> Self {
+        Self::start_members(1)
+    }
+
+    fn start_members(count: usize) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
-        let (client, peer) = (free_port(), free_port());
-        let endpoint = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new("etcd")
-            .args(["--name", "test", "--data-dir"])
-            .arg(dir.path().join("etcd"))
-            .args(["--listen-client-urls", &endpoint])
-            .args(["--advertise-client-urls", &endpoint])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("test={peer_url}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start etcd (the etcd-server package)");
+        let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(n, (_, peer))| format!("m{n}=http://127.0.0.1:{peer}"))
+            .collect();
+        let members = ports
+            .iter()
+            .enumerate()
+            .map(|(n, (client, peer))| {
+                let client_url = format!("http://127.0.0.1:{client}");
+                let peer_url = format!("http://127.0.0.1:{peer}");
+                Command::new("etcd")
+                    .args(["--name", &format!("m{n}"), "--data-dir"])
+                    .arg(dir.path().join(format!("m{n}")))
+                    .args(["--listen-client-urls", &client_url])
+                    .args(["--advertise-client-urls", &client_url])
+                    .args(["--listen-peer-urls", &peer_url])
+                    .args(["--initial-advertise-peer-urls", &peer_url])
+                    .args(["--initial-cluster", &initial.join(",")])
+                    .args(["--initial-cluster-state", "new"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start etcd (the etcd-server package)")
+            })
+            .collect();
+        let clients: Vec<SocketAddr> = ports
+            .iter()
+            .map(|(client, _)| format!("127.0.0.1:{client}").parse().expect("an address"))
+            .collect();
+        let endpoint = clients
+            .iter()
+            .map(|addr| format!("http://{addr}"))
+            .collect::<Vec<_>>()
+            .join(",");
         let etcd = Self {
-            child,
+            members,
+            clients,
             endpoint,
             _dir: dir,
         };
-        let addr: SocketAddr = format!("127.0.0.1:{client}").parse().expect("an address");
         let started = Instant::now();
-        while request(addr, "GET", "/health", None).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "etcd did not start"
-            );
+        while !etcd.clients.iter().all(|&addr| {
+            matches!(request(addr, "GET", "/health", None), Ok((200, health)) if health["health"] == "true")
+        }) {
+            assert!(started.elapsed() < Duration::from_secs(30), "etcd did not start");
             std::thread::sleep(Duration::from_millis(100));
         }
         etcd
+    }
+
+    /// The member that leads now.
+    fn leader(&self) -> usize {
+        for (n, &addr) in self.clients.iter().enumerate() {
+            if let Ok((200, status)) =
+                request(addr, "POST", "/v3/maintenance/status", Some(&json!({})))
+            {
+                if status["header"]["member_id"] == status["leader"] {
+                    return n;
+                }
+            }
+        }
+        panic!("no etcd member leads")
+    }
+
+    fn kill(&mut self, member: usize) {
+        let _ = self.members[member].kill();
+        let _ = self.members[member].wait();
     }
 }
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for member in &mut self.members {
+            let _ = member.kill();
+            let _ = member.wait();
+        }
     }
 }
 
@@ -93,8 +150,19 @@ struct Node {
 
 impl Node {
     fn start(name: &str, etcd: &Etcd, s3: &durability::cold::S3Settings) -> Self {
+        Self::start_with(name, etcd, s3, &s3.endpoint, LEASE_TTL_MS)
+    }
+
+    /// A node reaching the bucket at `endpoint` (a proxy, say), with a lease of `ttl_ms`.
+    fn start_with(
+        name: &str,
+        etcd: &Etcd,
+        s3: &durability::cold::S3Settings,
+        endpoint: &str,
+        ttl_ms: u64,
+    ) -> Self {
         let port = free_port();
-        let mut env: Vec<(String, String)> = replication_env(s3, &s3.endpoint, name)
+        let mut env: Vec<(String, String)> = replication_env(s3, endpoint, name)
             .iter()
             .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
             .collect();
@@ -105,10 +173,7 @@ impl Node {
                 "DURABILITY__CLUSTER__ADVERTISE_URL",
                 format!("http://127.0.0.1:{port}"),
             ),
-            (
-                "DURABILITY__CLUSTER__LEASE_TTL_MS",
-                LEASE_TTL_MS.to_string(),
-            ),
+            ("DURABILITY__CLUSTER__LEASE_TTL_MS", ttl_ms.to_string()),
             ("DURABILITY__CLUSTER__VOLUMES", VOLUMES.to_owned()),
             ("DURABILITY__REPLICATION__PUT_RETRY_MS", "2000".to_owned()),
             ("RUST_LOG", "warn".to_owned()),
@@ -396,12 +461,13 @@ fn read_all(node: SocketAddr, partition: u32) -> Vec<Value> {
     }
 }
 
-/// Three nodes share eight volumes; appends and keyed events go to random nodes. One owner is killed (SIGKILL):
+/// Three nodes share sixteen volumes; appends and keyed events go to random nodes. One owner is killed (SIGKILL):
 /// its volumes move to the others within the lease's TTL + 5 s, every acknowledged record stays
 /// at its offset exactly once, deduplication keys written before the kill still deduplicate,
 /// and the killed node comes back as a new incarnation that forwards to the owners.
 #[test]
 fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
+    let _alone = one_cluster_at_a_time();
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
     let mut nodes: Vec<Node> = ["a", "b", "c"]
@@ -410,7 +476,7 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
         .collect();
     let view = wait_for_owners(nodes[0].addr(), 3);
     let owned = owners(&view);
-    assert_eq!(owned.len(), 8, "every volume has an owner: {view}");
+    assert_eq!(owned.len(), 16, "every volume has an owner: {view}");
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
@@ -486,6 +552,7 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
 /// itself. Nothing the others acknowledged meanwhile is lost or duplicated.
 #[test]
 fn a_stopped_owner_acknowledges_nothing_after_its_volumes_moved() {
+    let _alone = one_cluster_at_a_time();
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
     let mut nodes: Vec<Node> = ["a", "b", "c"]
@@ -582,6 +649,7 @@ fn a_stopped_owner_acknowledges_nothing_after_its_volumes_moved() {
 /// claiming topic-wide through random nodes get every record once.
 #[test]
 fn a_group_consumes_everything_through_any_node_across_a_failover() {
+    let _alone = one_cluster_at_a_time();
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
     let mut nodes: Vec<Node> = ["a", "b", "c"]
@@ -759,6 +827,7 @@ fn a_group_consumes_everything_through_any_node_across_a_failover() {
 /// its lease, and the others take them. Every acknowledged record stays, exactly once.
 #[test]
 fn volumes_move_to_a_joining_node_and_away_from_one_leaving_cleanly() {
+    let _alone = one_cluster_at_a_time();
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
     let mut nodes: Vec<Node> = ["a", "b", "c"]
@@ -826,6 +895,215 @@ fn volumes_move_to_a_joining_node_and_away_from_one_leaving_cleanly() {
         "a node left cleanly: balanced again after {:?}",
         left.elapsed()
     );
+    for node in all {
+        acknowledged.check(node);
+    }
+}
+
+/// The etcd member that leads dies (three members): etcd elects another, the nodes renew their
+/// leases through the others, and no volume moves; writes go on throughout.
+#[test]
+fn the_etcd_leader_dying_moves_no_volume() {
+    let _alone = one_cluster_at_a_time();
+    let mut etcd = Etcd::start_members(3);
+    let s3 = block_on(fresh_s3_bucket());
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|name| Node::start_with(name, &etcd, &s3, &s3.endpoint, 5000))
+        .collect();
+    let before = wait_for_view(nodes[0].addr(), "three nodes, balanced", |view| {
+        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
+    });
+    let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
+    let mut acknowledged = Acknowledged::default();
+    let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
+    for n in 0..32 {
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
+    }
+    let leader = etcd.leader();
+    etcd.kill(leader);
+    let killed = Instant::now();
+    let mut n = 0;
+    while killed.elapsed() < Duration::from_secs(8) {
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("after-{n}"));
+        n += 1;
+    }
+    for node in &mut nodes {
+        let server = node.server.as_mut().expect("running");
+        assert_eq!(
+            server.wait_for_exit(Duration::ZERO),
+            None,
+            "{} stopped",
+            node.name
+        );
+    }
+    let after = cluster_view(all[0]).expect("a view");
+    assert_eq!(owners(&after), owners(&before), "no volume moved");
+    for member in before["members"].as_object().expect("members").keys() {
+        assert_eq!(
+            after["members"][member]["inc"],
+            before["members"][member]["inc"]
+        );
+    }
+    for node in all {
+        acknowledged.check(node);
+    }
+}
+
+/// Each node reaches the bucket through a proxy of its own. The bucket going away for every
+/// node for a while (shorter than the lease) costs retries, not data. One node cut off from
+/// the bucket alone for longer than its lease gives its volumes up (revoking its lease and
+/// stopping), the others take them, and it comes back as a new incarnation once it reaches the
+/// bucket again.
+#[test]
+fn nodes_cut_off_from_the_bucket_give_their_volumes_up() {
+    let _alone = one_cluster_at_a_time();
+    let etcd = Etcd::start();
+    let s3 = block_on(fresh_s3_bucket());
+    let proxies: Vec<crate::replication::Proxy> = (0..3)
+        .map(|_| crate::replication::Proxy::start(&s3.endpoint))
+        .collect();
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .zip(&proxies)
+        .map(|(name, proxy)| Node::start_with(name, &etcd, &s3, &proxy.url(), 5000))
+        .collect();
+    let view = wait_for_owners(nodes[0].addr(), 3);
+    let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
+    let mut acknowledged = Acknowledged::default();
+    let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
+    for n in 0..32 {
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
+    }
+
+    // The bucket is away for every node for 1.5 s.
+    for proxy in &proxies {
+        proxy.set_down(true);
+    }
+    let outage = std::thread::spawn({
+        let all = all.clone();
+        move || {
+            let mut outcomes = Vec::new();
+            for n in 0..8u32 {
+                outcomes.push((
+                    n,
+                    append(all[n as usize % 3], n % PARTITIONS, &format!("outage-{n}")),
+                ));
+            }
+            outcomes
+        }
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    for proxy in &proxies {
+        proxy.set_down(false);
+    }
+    for (n, outcome) in outage.join().expect("the writes during the outage") {
+        // Acknowledged or not, each is re-sent with its key until it is.
+        let key = format!("outage-{n}");
+        if let Ok(offset) = outcome {
+            acknowledged
+                .keys
+                .insert(key.clone(), (n % PARTITIONS, offset));
+        }
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &key);
+    }
+    for node in &mut nodes {
+        let server = node.server.as_mut().expect("running");
+        assert_eq!(
+            server.wait_for_exit(Duration::ZERO),
+            None,
+            "{} stopped",
+            node.name
+        );
+    }
+
+    // One node is cut off alone, for longer than its lease.
+    let victim = busiest(&view);
+    let at = nodes
+        .iter()
+        .position(|node| node.name == victim)
+        .expect("a node");
+    proxies[at].set_down(true);
+    let survivors: Vec<SocketAddr> = nodes
+        .iter()
+        .filter(|node| node.name != victim)
+        .map(Node::addr)
+        .collect();
+    let owned = owners(&view);
+    for partition in (0..PARTITIONS).filter(|&p| owned[&volume_of(p)] == victim) {
+        acknowledged.write(
+            &mut rng,
+            &survivors,
+            partition,
+            &format!("moved-{partition}"),
+        );
+    }
+    let exited = nodes[at]
+        .server
+        .as_mut()
+        .expect("running")
+        .wait_for_exit(Duration::from_secs(20));
+    assert_eq!(
+        exited.and_then(|status| status.code()),
+        Some(durability::cluster::EXIT_LEASE_LOST),
+        "the node cut off from the bucket stops"
+    );
+    proxies[at].set_down(false);
+    nodes[at].server = None;
+    nodes[at].restart();
+    wait_for_view(all[0], "three nodes, balanced again", |view| {
+        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
+    });
+    for n in 0..16 {
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("after-{n}"));
+    }
+    for node in all {
+        acknowledged.check(node);
+    }
+}
+
+/// A node whose data folder is wiped while it is down comes back from the bucket: the volumes
+/// that fall to it again are rebuilt there, and every acknowledged record reads back through
+/// it.
+#[test]
+fn a_wiped_node_comes_back_from_the_bucket() {
+    let _alone = one_cluster_at_a_time();
+    let etcd = Etcd::start();
+    let s3 = block_on(fresh_s3_bucket());
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|name| Node::start(name, &etcd, &s3))
+        .collect();
+    let view = wait_for_view(nodes[0].addr(), "three nodes, balanced", |view| {
+        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
+    });
+    let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
+    let mut acknowledged = Acknowledged::default();
+    let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
+    for n in 0..48 {
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
+    }
+    let wiped = busiest(&view);
+    let at = nodes
+        .iter()
+        .position(|node| node.name == wiped)
+        .expect("a node");
+    nodes[at].kill();
+    std::fs::remove_dir_all(nodes[at].dir.path()).expect("wipe the data folder");
+    std::fs::create_dir(nodes[at].dir.path()).expect("an empty data folder");
+    nodes[at].restart();
+    let view = wait_for_view(nodes[at].addr(), "three nodes, balanced again", |view| {
+        view["members"][&wiped]["inc"].as_u64() > Some(1) && balanced(view)
+    });
+    assert!(
+        !view["members"][&wiped]["volumes"]
+            .as_array()
+            .is_none_or(Vec::is_empty),
+        "the wiped node holds volumes again: {view}"
+    );
+    for n in 0..16 {
+        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("after-{n}"));
+    }
     for node in all {
         acknowledged.check(node);
     }

@@ -15,7 +15,7 @@ mod http_errors;
 mod leases;
 mod metrics;
 mod openapi;
-mod replication;
+pub(crate) mod replication;
 mod retention;
 mod retention_sweep;
 mod server;

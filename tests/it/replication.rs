@@ -1262,7 +1262,7 @@ impl ProxiedNode {
 /// (`PUT …/wal/…`) holding given bytes back until told, and can lose the answers to a share of the window PUTs:
 /// the request reaches the bucket, and the connection is cut as soon as the bucket starts
 /// answering it, so the PUT landed but its sender saw only an error.
-struct Proxy {
+pub(crate) struct Proxy {
     addr: SocketAddr,
     state: Arc<ProxyState>,
 }
@@ -1293,7 +1293,7 @@ struct ProxyState {
 
 impl Proxy {
     /// A proxy to `endpoint` (`http://host:port`).
-    fn start(endpoint: &str) -> Self {
+    pub(crate) fn start(endpoint: &str) -> Self {
         let upstream = endpoint
             .strip_prefix("http://")
             .expect("an http:// endpoint")
@@ -1327,7 +1327,7 @@ impl Proxy {
         Self { addr, state }
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
@@ -1337,7 +1337,7 @@ impl Proxy {
     }
 
     /// Takes the proxy down (cutting every connection) or brings it back.
-    fn set_down(&self, down: bool) {
+    pub(crate) fn set_down(&self, down: bool) {
         self.state.down.store(down, Ordering::SeqCst);
         if down {
             for (client, server) in self.state.live.lock().unwrap().values() {
