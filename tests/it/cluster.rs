@@ -115,10 +115,9 @@ impl Etcd {
         for (n, &addr) in self.clients.iter().enumerate() {
             if let Ok((200, status)) =
                 request(addr, "POST", "/v3/maintenance/status", Some(&json!({})))
+                && status["header"]["member_id"] == status["leader"]
             {
-                if status["header"]["member_id"] == status["leader"] {
-                    return n;
-                }
+                return n;
             }
         }
         panic!("no etcd member leads")
