@@ -11,11 +11,13 @@
 //! section, and 10⁴ quiet partitions instead of 10⁵ in the replication section. `--only` runs
 //! one section: `throughput` (which latency needs), `cpu` (needs `--server`; `--floor`, the
 //! `http_floor` example, adds the framework's floor), `cold`, `partitions` (needs `--server`),
-//! `scale`, `million` (needs `--server`) or `replication` (needs `--server`, and starts
-//! `scripts/s3-server`). Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only`
+//! `scale`, `million` (needs `--server`), `replication` (needs `--server`, and starts
+//! `scripts/s3-server`) or `cluster` (needs `--server` and etcd; starts the S3 server, one etcd
+//! member and up to three nodes; `--quick` kills 5 nodes instead of 20). Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only`
 //! replaces only what that section writes in them (`throughput`: the goals it measures, the
 //! throughput and latency tables; `cold` writes nothing there).
 
+mod cluster;
 mod cpu;
 mod embedded;
 mod external;
@@ -253,6 +255,20 @@ fn main() {
             &payload,
             budget,
             args.quick,
+        ));
+    }
+
+    if let Some(binary) = args.server.as_ref().filter(|_| {
+        args.runs("cluster") && external::installed("wrk") && external::installed("etcd")
+    }) {
+        eprintln!("a cluster");
+        let kills = if args.quick { 5 } else { 20 };
+        report.cluster = Some(cluster::run(
+            binary,
+            &dir("cluster"),
+            &payload,
+            budget,
+            kills,
         ));
     }
 

@@ -16,7 +16,7 @@ use crate::partitions::{Client, process};
 
 /// Added to every S3 answer by the slow proxy.
 const S3_DELAY: Duration = Duration::from_millis(25);
-const BUCKET: &str = "bench-replica";
+pub const BUCKET: &str = "bench-replica";
 
 /// One load: records/s and the answer latency's percentiles.
 pub struct Load {
@@ -85,7 +85,7 @@ fn put_ms(via: SocketAddr, prefix: &str) -> f64 {
 }
 
 /// The S3 test server (`scripts/s3-server`) on a free port, with the bucket created.
-fn s3_server(dir: &Path) -> (Running, SocketAddr) {
+pub fn s3_server(dir: &Path) -> (Running, SocketAddr) {
     std::fs::create_dir_all(dir).unwrap();
     let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/s3-server");

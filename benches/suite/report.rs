@@ -87,6 +87,7 @@ pub struct Report {
     pub million: Option<Million>,
     /// Replication to object storage, through the server.
     pub replication: Option<crate::replication::Replication>,
+    pub cluster: Option<crate::cluster::Cluster>,
     /// The server's CPU per HTTP request, next to the framework's floor.
     pub cpu: Option<crate::cpu::CpuPerRequest>,
 }
@@ -107,6 +108,7 @@ impl Report {
             round_robin: None,
             million: None,
             replication: None,
+            cluster: None,
             cpu: None,
         }
     }
@@ -446,7 +448,73 @@ impl Report {
         self.partitions_markdown(&mut md);
         self.million_markdown(&mut md);
         self.replication_markdown(&mut md);
+        self.cluster_markdown(&mut md);
         md
+    }
+
+    /// The cluster section: nodes sharing the volumes through etcd, on this machine.
+    fn cluster_markdown(&self, md: &mut String) {
+        let Some(c) = &self.cluster else {
+            return;
+        };
+        let _ = writeln!(md, "\n## Cluster\n");
+        let _ = writeln!(
+            md,
+            "One etcd member, the S3 test server and 1 to 3 nodes on this machine's {} cores, \
+             16 volumes, writes landing in the bucket before their answer (`sync = normal`). \
+             Single-record POSTs of 100 B from 48 connections in all, each node's share to a \
+             partition it holds. Every process shares the same cores: the figures show what \
+             the machine allows, not how the design scales across machines.\n",
+            std::thread::available_parallelism().map_or(0, usize::from)
+        );
+        let _ = writeln!(
+            md,
+            "| nodes | appends/s | vs 1 node | p50 | window PUTs/s per node | nodes' CPU (cores) | S3 server's CPU (cores) |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        let one = c.scale.first().map_or(0.0, |scale| scale.rate);
+        for scale in &c.scale {
+            let _ = writeln!(
+                md,
+                "| {} | {} | {:.2}× | {:.1} ms | {:.0} | {:.2} | {:.2} |",
+                scale.nodes,
+                thousands(scale.rate),
+                scale.rate / one,
+                scale.p50_ms,
+                scale.puts_per_node,
+                scale.nodes_cores,
+                scale.s3_cores
+            );
+        }
+        if let Some(f) = &c.forwarding {
+            let _ = writeln!(
+                md,
+                "\nA forwarded request (sent to a node that does not hold the partition, 16 \
+                 connections): {} appends/s at {:.2} ms p50, against {} appends/s at {:.2} ms \
+                 sent to the owner ({:.2}× the rate).",
+                thousands(f.forwarded_rate),
+                f.forwarded_p50_ms,
+                thousands(f.direct_rate),
+                f.direct_p50_ms,
+                f.forwarded_rate / f.direct_rate
+            );
+        }
+        if !c.failovers.is_empty() {
+            let mut sorted = c.failovers.clone();
+            sorted.sort_by(f64::total_cmp);
+            let _ = writeln!(
+                md,
+                "\nFailover over {} kills (`kill -9` of the node holding the most volumes, \
+                 lease TTL 5 s; from the kill to the next acknowledged append on one of its \
+                 volumes through another node): p50 {:.2} s, max {:.2} s (goal: TTL + 1 s = \
+                 6 s). etcd writes per failover: {:.0}; per join: {:.0}.",
+                sorted.len(),
+                median(sorted.clone()),
+                sorted.last().copied().unwrap_or_default(),
+                c.etcd_writes_per_failover,
+                c.etcd_writes_per_join
+            );
+        }
     }
 
     /// The replication section: appends landing in a bucket next to the local disk alone.
@@ -872,6 +940,19 @@ impl Report {
                 })).collect::<Vec<_>>(),
                 "restore": r.restore.map(|(records, seconds)| json!({"records": records, "seconds": seconds})),
             })),
+            "cluster": self.cluster.as_ref().map(|c| json!({
+                "scale": c.scale.iter().map(|s| json!({
+                    "nodes": s.nodes, "rate": s.rate, "p50_ms": s.p50_ms,
+                    "puts_per_node": s.puts_per_node, "nodes_cores": s.nodes_cores, "s3_cores": s.s3_cores,
+                })).collect::<Vec<_>>(),
+                "forwarding": c.forwarding.as_ref().map(|f| json!({
+                    "direct_rate": f.direct_rate, "direct_p50_ms": f.direct_p50_ms,
+                    "forwarded_rate": f.forwarded_rate, "forwarded_p50_ms": f.forwarded_p50_ms,
+                })),
+                "failovers": c.failovers,
+                "etcd_writes_per_failover": c.etcd_writes_per_failover,
+                "etcd_writes_per_join": c.etcd_writes_per_join,
+            })),
             "scale": self.scale.iter().map(|p| json!({
                 "records": p.records, "append_rate": p.append_rate, "read_rate": p.read_rate, "rss_mib": p.rss_mib, "mapped_mib": p.mapped_mib,
             })).collect::<Vec<_>>(),
@@ -898,6 +979,7 @@ fn own_headings(section: &str) -> &'static [&'static str] {
         "partitions" => &["## Many partitions"],
         "million" => &["## A million partitions"],
         "replication" => &["## Replication"],
+        "cluster" => &["## Cluster"],
         "cpu" => &["## CPU per request"],
         _ => &[],
     }

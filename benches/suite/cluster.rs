@@ -1,0 +1,432 @@
+//! A cluster on this machine, through the server binary: one etcd member, the S3 test server,
+//! and 1, 2 or 3 nodes replicating to it, all sharing this machine's cores. Aggregate appends
+//! per second by node count, a forwarded request against a direct one, failover times over
+//! repeated kills, etcd writes per failover and per join, and window PUTs per second per node.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::external::{self, Running, exchange, free_port};
+
+/// Volumes of the benchmark's clusters (each node opens the volumes it holds).
+const VOLUMES: usize = 16;
+/// The nodes' etcd lease (the default).
+const LEASE_TTL_MS: u64 = 5000;
+/// Connections of the load, over all nodes.
+const CONNECTIONS: usize = 48;
+
+/// Appends per second with `nodes` nodes.
+pub struct Scale {
+    pub nodes: usize,
+    pub rate: f64,
+    pub p50_ms: f64,
+    /// Window PUTs per second, per node.
+    pub puts_per_node: f64,
+    /// CPU the nodes, the S3 server and etcd used, in cores.
+    pub nodes_cores: f64,
+    pub s3_cores: f64,
+}
+
+/// Single-record appends sent to the owner against the same sent to another node.
+pub struct Forwarding {
+    pub direct_rate: f64,
+    pub direct_p50_ms: f64,
+    pub forwarded_rate: f64,
+    pub forwarded_p50_ms: f64,
+}
+
+pub struct Cluster {
+    pub scale: Vec<Scale>,
+    pub forwarding: Option<Forwarding>,
+    /// Seconds from a kill -9 to the next acknowledged append on a moved volume, per kill.
+    pub failovers: Vec<f64>,
+    /// etcd revisions (writes) per failover and per join, medians.
+    pub etcd_writes_per_failover: f64,
+    pub etcd_writes_per_join: f64,
+}
+
+/// One etcd member on free ports in `dir`.
+fn etcd(dir: &Path) -> (Running, SocketAddr) {
+    let (client, peer) = (free_port(), free_port());
+    let address = SocketAddr::from(([127, 0, 0, 1], client));
+    let (client_url, peer_url) = (
+        format!("http://{address}"),
+        format!("http://127.0.0.1:{peer}"),
+    );
+    let child = Command::new("etcd")
+        .args(["--name", "bench", "--data-dir"])
+        .arg(dir.join("etcd"))
+        .args(["--listen-client-urls", &client_url])
+        .args(["--advertise-client-urls", &client_url])
+        .args(["--listen-peer-urls", &peer_url])
+        .args(["--initial-advertise-peer-urls", &peer_url])
+        .args(["--initial-cluster", &format!("bench={peer_url}")])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("etcd (scripts/install-etcd)");
+    external::wait_for(address);
+    (Running(child), address)
+}
+
+/// etcd's revision: it grows by one with every write.
+fn etcd_revision(etcd: SocketAddr) -> u64 {
+    let body = r#"{"key":"AA=="}"#;
+    let answer = exchange(
+        etcd,
+        &format!(
+            "POST /v3/kv/range HTTP/1.1\r\nHost: {etcd}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&answer[answer.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+    json["header"]["revision"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// A node of cluster `name`: its process, address and pid.
+struct Node {
+    name: String,
+    address: SocketAddr,
+    dir: std::path::PathBuf,
+    command: Vec<(String, String)>,
+    running: Option<(Running, u32)>,
+}
+
+impl Node {
+    fn start(
+        binary: &Path,
+        dir: &Path,
+        name: &str,
+        cluster: &str,
+        etcd: SocketAddr,
+        s3: SocketAddr,
+    ) -> Self {
+        let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
+        let command = [
+            ("DURABILITY__SERVER__BIND", address.to_string()),
+            ("DURABILITY__STORAGE__SYNC", "normal".into()),
+            ("DURABILITY__RETENTION__MAX_AGE_MS", "0".into()),
+            ("DURABILITY__RETENTION__MAX_BYTES", "0".into()),
+            ("DURABILITY__COLD__KIND", "s3".into()),
+            ("DURABILITY__COLD__S3_ENDPOINT", format!("http://{s3}")),
+            (
+                "DURABILITY__COLD__S3_BUCKET",
+                crate::replication::BUCKET.into(),
+            ),
+            ("DURABILITY__COLD__S3_REGION", "eu-west-1".into()),
+            ("DURABILITY__COLD__S3_ACCESS_KEY", "bench".into()),
+            ("DURABILITY__COLD__S3_SECRET_KEY", "bench".into()),
+            ("DURABILITY__REPLICATION__KIND", "s3".into()),
+            ("DURABILITY__REPLICATION__PREFIX", cluster.into()),
+            ("DURABILITY__REPLICATION__NODE_ID", name.into()),
+            (
+                "DURABILITY__CLUSTER__ETCD_ENDPOINTS",
+                format!("http://{etcd}"),
+            ),
+            (
+                "DURABILITY__CLUSTER__ADVERTISE_URL",
+                format!("http://{address}"),
+            ),
+            ("DURABILITY__CLUSTER__NAME", cluster.into()),
+            ("DURABILITY__CLUSTER__VOLUMES", VOLUMES.to_string()),
+            (
+                "DURABILITY__CLUSTER__LEASE_TTL_MS",
+                LEASE_TTL_MS.to_string(),
+            ),
+            ("RUST_LOG", "error".into()),
+        ]
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value))
+        .collect();
+        let mut node = Self {
+            name: name.to_owned(),
+            address,
+            dir: dir.join(name),
+            command,
+            running: None,
+        };
+        node.restart(binary);
+        node
+    }
+
+    fn restart(&mut self, binary: &Path) {
+        let child = Command::new(binary)
+            .env("DURABILITY__STORAGE__DATA_DIR", &self.dir)
+            .envs(self.command.iter().map(|(key, value)| (key, value)))
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start {}: {err}", binary.display()));
+        let pid = child.id();
+        self.running = Some((Running(child), pid));
+        external::wait_for(self.address);
+    }
+
+    fn kill(&mut self) {
+        self.running = None;
+    }
+
+    fn pid(&self) -> u32 {
+        self.running.as_ref().map_or(0, |(_, pid)| *pid)
+    }
+}
+
+/// `GET /cluster` of `node`.
+fn view(node: SocketAddr) -> serde_json::Value {
+    let answer = exchange(
+        node,
+        &format!("GET /cluster HTTP/1.1\r\nHost: {node}\r\nConnection: close\r\n\r\n"),
+    );
+    serde_json::from_str(&answer[answer.find("\r\n\r\n").map_or(0, |at| at + 4)..])
+        .unwrap_or_default()
+}
+
+/// Waits until `node` sees `members` members with every volume where rendezvous hashing puts
+/// it; answers each volume's owner.
+fn settled(node: SocketAddr, members: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let view = view(node);
+        let names: Vec<String> = view["members"]
+            .as_object()
+            .map(|members| members.keys().cloned().collect())
+            .unwrap_or_default();
+        let mut owners = vec![String::new(); VOLUMES];
+        for (name, member) in view["members"].as_object().into_iter().flatten() {
+            for volume in member["volumes"].as_array().into_iter().flatten() {
+                owners[volume.as_u64().unwrap() as usize] = name.clone();
+            }
+        }
+        let balanced = (0..VOLUMES).all(|volume| {
+            durability::cluster::placement::owner_of(volume, names.iter().map(String::as_str))
+                == Some(owners[volume].as_str())
+        });
+        if names.len() == members && balanced && view["releasing"].is_null() {
+            return owners;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the cluster did not settle: {view}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// A partition of the bench topic whose volume `owner` holds, other than `not`.
+fn partition_of(owners: &[String], owner: &str, not: &[u32]) -> u32 {
+    (0..4096)
+        .filter(|partition| !not.contains(partition))
+        .find(|&partition| {
+            let id = durability::names::PartitionId::new("bench", partition).unwrap();
+            owners[durability::cluster::placement::volume_of(&id, VOLUMES)] == owner
+        })
+        .expect("a partition on every node")
+}
+
+/// Window PUTs the node has stored so far (`durability_replica_windows_total`).
+fn windows(node: SocketAddr) -> f64 {
+    let answer = exchange(
+        node,
+        &format!("GET /metrics HTTP/1.1\r\nHost: {node}\r\nConnection: close\r\n\r\n"),
+    );
+    answer
+        .lines()
+        .find_map(|line| line.strip_prefix("durability_replica_windows_total "))
+        .and_then(|value| value.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// One single-record append to `partition` through `node`: whether it was acknowledged.
+fn append(node: SocketAddr, partition: u32, payload: &str) -> bool {
+    let body = format!("[{{\"payload\":{payload}}}]");
+    let Ok(mut stream) = std::net::TcpStream::connect(node) else {
+        return false;
+    };
+    let request = format!(
+        "POST /topics/bench/partitions/{partition}/records HTTP/1.1\r\nHost: {node}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    use std::io::{Read, Write};
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer.starts_with("HTTP/1.1 202")
+}
+
+/// Runs the section (see the module docs) with `kills` failovers.
+pub fn run(binary: &Path, dir: &Path, payload: &str, budget: Duration, kills: usize) -> Cluster {
+    std::fs::create_dir_all(dir).unwrap();
+    let (_s3, s3) = crate::replication::s3_server(&dir.join("s3"));
+    let (_etcd, etcd_address) = etcd(dir);
+    let script = external::post_script(dir, "single", &format!("[{{\"payload\":{payload}}}]"));
+    let mut scale = Vec::new();
+    let mut forwarding = None;
+    let mut failovers = Vec::new();
+    let mut per_failover = Vec::new();
+    let mut per_join = Vec::new();
+    for count in 1..=3 {
+        let cluster = format!("bench-{count}");
+        let names = ["a", "b", "c"];
+        let mut nodes: Vec<Node> = Vec::new();
+        for name in &names[..count] {
+            let before = etcd_revision(etcd_address);
+            nodes.push(Node::start(
+                binary,
+                &dir.join(&cluster),
+                name,
+                &cluster,
+                etcd_address,
+                s3,
+            ));
+            settled(nodes[0].address, nodes.len());
+            if nodes.len() > 1 {
+                per_join.push((etcd_revision(etcd_address) - before) as f64);
+            }
+        }
+        let owners = settled(nodes[0].address, count);
+        // Each node's share of the connections appends to a partition it holds.
+        let windows_before: Vec<f64> = nodes.iter().map(|node| windows(node.address)).collect();
+        let cpu_before: Vec<external::Cpu> = nodes.iter().map(|n| external::cpu(n.pid())).collect();
+        let s3_cpu_before = process_cpu("moto_server");
+        let loads: Vec<_> = nodes
+            .iter()
+            .map(|node| {
+                let partition = partition_of(&owners, &node.name, &[]);
+                let url = format!(
+                    "http://{}/topics/bench/partitions/{partition}/records",
+                    node.address
+                );
+                let script = script.clone();
+                std::thread::spawn(move || {
+                    external::wrk(&url, CONNECTIONS / count, &script, budget)
+                })
+            })
+            .collect();
+        let measured: Vec<external::Wrk> =
+            loads.into_iter().map(|load| load.join().unwrap()).collect();
+        let seconds = budget.as_secs_f64().ceil().max(1.0);
+        let puts: f64 = nodes
+            .iter()
+            .zip(&windows_before)
+            .map(|(node, before)| windows(node.address) - before)
+            .sum();
+        let nodes_cpu: f64 = nodes
+            .iter()
+            .zip(&cpu_before)
+            .map(|(node, before)| external::cpu(node.pid()).since(*before).total())
+            .sum();
+        let rate = measured.iter().map(|wrk| wrk.requests_per_second).sum();
+        let p50_ms = crate::report::median(measured.iter().map(|wrk| wrk.p50_ms).collect());
+        eprintln!("  {count} nodes: {rate:.0} appends/s, p50 {p50_ms:.1} ms");
+        scale.push(Scale {
+            nodes: count,
+            rate,
+            p50_ms,
+            puts_per_node: puts / seconds / count as f64,
+            nodes_cores: nodes_cpu / seconds,
+            s3_cores: (process_cpu("moto_server") - s3_cpu_before) / seconds,
+        });
+        if count == 3 {
+            forwarding = Some(forwarded(&nodes, &owners, &script, budget));
+            for kill in 0..kills {
+                let (took, writes) = failover(binary, &mut nodes, etcd_address, payload);
+                eprintln!("  failover {}: {took:.2} s, {writes} etcd writes", kill + 1);
+                failovers.push(took);
+                per_failover.push(writes as f64);
+            }
+        }
+    }
+    Cluster {
+        scale,
+        forwarding,
+        failovers,
+        etcd_writes_per_failover: crate::report::median(per_failover),
+        etcd_writes_per_join: crate::report::median(per_join),
+    }
+}
+
+/// Direct and forwarded single-record appends from 16 connections to node a.
+fn forwarded(nodes: &[Node], owners: &[String], script: &Path, budget: Duration) -> Forwarding {
+    let node = &nodes[0];
+    let url = |partition: u32| {
+        format!(
+            "http://{}/topics/bench/partitions/{partition}/records",
+            node.address
+        )
+    };
+    let own = partition_of(owners, &node.name, &[]);
+    let other = owners
+        .iter()
+        .find(|owner| **owner != node.name)
+        .map(|owner| partition_of(owners, owner, &[]))
+        .expect("another node holds a volume");
+    let direct = external::wrk(&url(own), 16, script, budget);
+    let forwarded = external::wrk(&url(other), 16, script, budget);
+    eprintln!(
+        "  direct {:.0}/s (p50 {:.2} ms), forwarded {:.0}/s (p50 {:.2} ms)",
+        direct.requests_per_second, direct.p50_ms, forwarded.requests_per_second, forwarded.p50_ms
+    );
+    Forwarding {
+        direct_rate: direct.requests_per_second,
+        direct_p50_ms: direct.p50_ms,
+        forwarded_rate: forwarded.requests_per_second,
+        forwarded_p50_ms: forwarded.p50_ms,
+    }
+}
+
+/// Kills the node holding the most volumes and times the next acknowledged append on one of
+/// its volumes through another node; then starts it again and waits for the balance. Answers
+/// the seconds, and etcd's writes from the kill to the volumes' takeover.
+fn failover(binary: &Path, nodes: &mut [Node], etcd: SocketAddr, payload: &str) -> (f64, u64) {
+    let owners = settled(nodes[0].address, nodes.len());
+    let victim = nodes
+        .iter()
+        .max_by_key(|node| owners.iter().filter(|owner| **owner == node.name).count())
+        .map(|node| node.name.clone())
+        .unwrap();
+    let partition = partition_of(&owners, &victim, &[]);
+    let survivor = nodes
+        .iter()
+        .find(|node| node.name != victim)
+        .unwrap()
+        .address;
+    let before = etcd_revision(etcd);
+    let at = nodes.iter().position(|node| node.name == victim).unwrap();
+    nodes[at].kill();
+    let killed = Instant::now();
+    while !append(survivor, partition, payload) {
+        assert!(killed.elapsed() < Duration::from_secs(60), "no failover");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = killed.elapsed().as_secs_f64();
+    let writes = etcd_revision(etcd) - before;
+    nodes[at].restart(binary);
+    settled(nodes[0].address, nodes.len());
+    (took, writes)
+}
+
+/// CPU seconds used so far by the processes whose command line contains `name`.
+fn process_cpu(name: &str) -> f64 {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return 0.0;
+    };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|cmdline| String::from_utf8_lossy(&cmdline).contains(name))
+                && std::path::Path::new(&format!("/proc/{pid}/stat")).exists()
+        })
+        .map(|pid| external::cpu(pid).total())
+        .sum()
+}
