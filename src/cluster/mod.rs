@@ -746,6 +746,7 @@ impl Shared {
     /// on the next round (the claim stays).
     async fn take(&self, claimed: &[usize], parts: &Parts, due_since: &BTreeMap<usize, Instant>) {
         *self.taking.write().unwrap_or_else(PoisonError::into_inner) = claimed.to_vec();
+        let started = Instant::now();
         let taken = parts.replicator.take(claimed).await;
         let opened = taken.map_err(|err| err.to_string()).and_then(|()| {
             claimed
@@ -768,7 +769,16 @@ impl Shared {
                         Ordering::Relaxed,
                     );
                 }
-                log::info!("cluster: serving volumes {claimed:?}");
+                let found = claimed
+                    .iter()
+                    .filter_map(|volume| due_since.get(volume))
+                    .min();
+                log::info!(
+                    "cluster: serving volumes {claimed:?}: taken in {:?}, {:?} after they were \
+                     found unowned",
+                    started.elapsed(),
+                    found.map(Instant::elapsed).unwrap_or_default()
+                );
             }
             Err(err) => {
                 log::warn!("cluster: taking volumes {claimed:?} failed: {err}; retrying");

@@ -19,6 +19,10 @@ const MAX_TAKE_ATTEMPTS: u32 = 5;
 /// a stream read each window once.
 const CACHE_BYTES: usize = 256 << 20;
 
+/// Windows read at once ahead of the one replayed: a replay waits for the bucket's latency
+/// once per batch, not once per window.
+const READ_AHEAD: u64 = 16;
+
 /// A node incarnation taking its volumes.
 pub(super) struct Taker<'a> {
     pub objects: &'a Objects,
@@ -31,6 +35,8 @@ pub(super) struct Taker<'a> {
     seals: HashMap<(String, u64), u64>,
     cache: HashMap<String, Arc<StreamObject>>,
     cached_bytes: usize,
+    /// Windows read ahead of the replay, with their size.
+    ahead: HashMap<String, (Arc<StreamObject>, usize)>,
 }
 
 /// Checks that the bucket's data is spread over `volumes` volumes, recording it at first use.
@@ -104,6 +110,7 @@ impl<'a> Taker<'a> {
             seals: HashMap::new(),
             cache: HashMap::new(),
             cached_bytes: 0,
+            ahead: HashMap::new(),
         }
     }
 
@@ -322,6 +329,13 @@ impl<'a> Taker<'a> {
         let mut seq = start;
         while segment.end.is_none_or(|end| seq < end) {
             let key = self.keys.window(&segment.node, segment.inc, seq);
+            if !self.cache.contains_key(&key) && !self.ahead.contains_key(&key) {
+                let until = segment
+                    .end
+                    .map_or(seq + READ_AHEAD, |end| end.min(seq + READ_AHEAD));
+                self.read_ahead(&segment.node, segment.inc, seq..until)
+                    .await?;
+            }
             match self.fetch(&key).await?.as_deref() {
                 Some(StreamObject::Window(window)) => {
                     let at = Position {
@@ -362,18 +376,48 @@ impl<'a> Taker<'a> {
         Ok(())
     }
 
+    /// Reads the windows `seqs` of stream `node`/`inc` at once, for [`Taker::fetch`]; those
+    /// not there yet are left to it.
+    async fn read_ahead(
+        &mut self,
+        node: &str,
+        inc: u64,
+        seqs: std::ops::Range<u64>,
+    ) -> Result<(), ReplicaError> {
+        let keys: Vec<String> = seqs
+            .map(|seq| self.keys.window(node, inc, seq))
+            .filter(|key| !self.cache.contains_key(key))
+            .collect();
+        let objects = self.objects;
+        let read = futures_util::future::join_all(keys.iter().map(|key| objects.get(key))).await;
+        for (key, found) in keys.into_iter().zip(read) {
+            if let Some((bytes, _)) = found? {
+                let object =
+                    decode(&bytes).map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?;
+                self.ahead.insert(key, (Arc::new(object), bytes.len()));
+            }
+        }
+        Ok(())
+    }
+
     /// The stream object at `key`, read once while the volumes are taken.
     async fn fetch(&mut self, key: &str) -> Result<Option<Arc<StreamObject>>, ReplicaError> {
         if let Some(found) = self.cache.get(key) {
             return Ok(Some(found.clone()));
         }
-        let Some((bytes, _)) = self.objects.get(key).await? else {
-            return Ok(None);
+        let (object, size) = match self.ahead.remove(key) {
+            Some(read) => read,
+            None => {
+                let Some((bytes, _)) = self.objects.get(key).await? else {
+                    return Ok(None);
+                };
+                let object =
+                    decode(&bytes).map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?;
+                (Arc::new(object), bytes.len())
+            }
         };
-        let object =
-            Arc::new(decode(&bytes).map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?);
-        if self.cached_bytes + bytes.len() <= CACHE_BYTES {
-            self.cached_bytes += bytes.len();
+        if self.cached_bytes + size <= CACHE_BYTES {
+            self.cached_bytes += size;
             self.cache.insert(key.to_owned(), object.clone());
         }
         Ok(Some(object))
