@@ -8,12 +8,13 @@
 //! - `config`: `{volumes}`, the volume count, written once by the first node.
 //!
 //! Nothing is written per partition or per write: etcd sees writes only when nodes join, leave
-//! or fail. Each node reads the members and owners every [`tick`] and claims the unowned
+//! or fail. Each node watches the keys (and reads them again now and then), claims the unowned
 //! volumes that rendezvous hashing gives it ([`placement`]), then takes them through the
 //! replica (sealing the previous owner's stream: a node that lost its lease can land nothing
-//! more, whatever it believes). A node that cannot renew its lease for its TTL, or whose stream
-//! another node sealed, stops its process: it owns nothing any more, and starts again as a new
-//! incarnation.
+//! more, whatever it believes), and hands the volumes that fall to another node over to it, one
+//! at a time. A node that cannot renew its lease for its TTL, whose stream another node sealed,
+//! or whose windows cannot land for its TTL stops its process: it owns nothing any more, and
+//! starts again as a new incarnation.
 
 pub(crate) mod etcd;
 pub mod placement;
