@@ -87,6 +87,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub(crate) mod background;
 pub mod clock;
 pub mod cluster;
 pub mod cold;

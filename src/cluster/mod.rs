@@ -165,29 +165,13 @@ impl Cluster {
         let config_key = format!("{prefix}config");
         let wanted = settings.volumes;
         let config_etcd = etcd.clone();
-        std::thread::Builder::new()
-            .name("durability-cluster".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => runtime,
-                    Err(err) => {
-                        let _ = ready.send(Err(ClusterError::Refused(err.to_string())));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    let count = volume_count(&config_etcd, &config_key, wanted).await;
-                    let _ =
-                        ready.send(count.map(|count| (count, tokio::runtime::Handle::current())));
-                    // The runtime serves the tasks spawned on it for the process's life.
-                    std::future::pending::<()>().await;
-                });
-            })
-            .map_err(|err| ClusterError::Refused(format!("the cluster's thread: {err}")))?;
-        let (volume_count, runtime) = connected
+        let runtime = crate::background::spawn("durability-cluster", move || async move {
+            let _ = ready.send(volume_count(&config_etcd, &config_key, wanted).await);
+            // The runtime serves the tasks spawned on it for the process's life.
+            std::future::pending::<()>().await;
+        })
+        .map_err(|err| ClusterError::Refused(format!("the cluster's thread: {err}")))?;
+        let volume_count = connected
             .recv()
             .map_err(|_| ClusterError::Refused("the cluster's thread stopped".into()))??;
         log::info!(

@@ -211,37 +211,22 @@ impl Replicator {
         lock(&outbox.windows).next_seq = 1;
         let (started, claimed) = std::sync::mpsc::channel();
         let writer_outbox = outbox.clone();
-        std::thread::Builder::new()
-            .name("durability-replica".into())
-            .spawn(move || {
-                let runtime = match tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                {
-                    Ok(runtime) => runtime,
-                    Err(err) => {
-                        let _ = started.send(Err(ReplicaError::io(&data_dir, err)));
-                        return;
-                    }
-                };
-                runtime.block_on(async move {
-                    match Node::claim(objects, &settings, data_dir, volumes, counters).await {
-                        Ok(node) => {
-                            let handle = tokio::runtime::Handle::current();
-                            let _ = started.send(Ok((node.clone(), handle)));
-                            tokio::spawn(node.clone().collect_garbage());
-                            StreamWriter::new(node, &settings, writer_outbox)
-                                .run()
-                                .await;
-                        }
-                        Err(err) => {
-                            let _ = started.send(Err(err));
-                        }
-                    }
-                });
-            })
-            .map_err(|err| ReplicaError::io(Path::new("durability-replica"), err))?;
-        let (node, runtime) = claimed
+        let runtime = crate::background::spawn("durability-replica", move || async move {
+            match Node::claim(objects, &settings, data_dir, volumes, counters).await {
+                Ok(node) => {
+                    let _ = started.send(Ok(node.clone()));
+                    tokio::spawn(node.clone().collect_garbage());
+                    StreamWriter::new(node, &settings, writer_outbox)
+                        .run()
+                        .await;
+                }
+                Err(err) => {
+                    let _ = started.send(Err(err));
+                }
+            }
+        })
+        .map_err(|err| ReplicaError::io(Path::new("durability-replica"), err))?;
+        let node = claimed
             .recv()
             .map_err(|_| ReplicaError::Refused("the replica's thread stopped".into()))??;
         Ok(Arc::new(Self {
@@ -284,7 +269,10 @@ impl Replicator {
                 .front()
                 .map_or(windows.next_seq, |window| window.seq)
         };
-        self.node.take(volumes, first).await
+        for volume in self.node.take(volumes, first).await? {
+            tokio::spawn(self.node.clone().snapshot_and_collect(volume));
+        }
+        Ok(())
     }
 
     /// Hands volume `volume`, closed here, to whichever node takes it next: once every window
@@ -358,10 +346,17 @@ impl Node {
 
     /// Takes `volumes` (see [`take`]), this incarnation's segment of each starting at window
     /// `first`.
-    async fn take(&self, volumes: &[usize], first: u64) -> Result<(), ReplicaError> {
+    /// Answers the volumes whose take replayed a long history: they are snapshotted at once,
+    /// so that whoever takes them next starts from here.
+    async fn take(&self, volumes: &[usize], first: u64) -> Result<Vec<usize>, ReplicaError> {
         let mut taker = take::Taker::new(&self.objects, &self.keys, &self.node, self.inc, first);
+        let mut long = Vec::new();
         for &volume in volumes {
             let (manifest, etag) = taker.take(&self.data_dir, volume).await?;
+            let snapshotting = taker.replayed >= LONG_REPLAY;
+            if snapshotting {
+                long.push(volume);
+            }
             self.epochs[volume].store(manifest.epoch, Ordering::SeqCst);
             let mut held = self.volumes[volume].lock().await;
             if held.is_none() {
@@ -372,7 +367,7 @@ impl Node {
                 etag,
                 since_snapshot: 0,
                 snapshot_at: Instant::now(),
-                snapshotting: false,
+                snapshotting,
             });
         }
         log::info!(
@@ -381,7 +376,7 @@ impl Node {
             self.node,
             self.inc
         );
-        Ok(())
+        Ok(long)
     }
 
     /// Ends this incarnation's segment of volume `volume` at window `end` (see
@@ -490,6 +485,10 @@ impl Stream for Replicator {
 /// The most windows a stream may store at once (`replication.max_puts_in_flight`): a copy
 /// taken after a stop checks as many windows before its own (see [`take`]).
 pub const MAX_PUTS_IN_FLIGHT: usize = 16;
+
+/// Windows a take replays beyond which the volume is snapshotted at once: a failover's time
+/// follows the history its taker replays.
+const LONG_REPLAY: u64 = 64;
 
 /// Longest wait for one answer of the bucket: a window's PUT is retried after it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);

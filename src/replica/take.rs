@@ -37,6 +37,8 @@ pub(super) struct Taker<'a> {
     cached_bytes: usize,
     /// Windows read ahead of the replay, with their size.
     ahead: HashMap<String, (Arc<StreamObject>, usize)>,
+    /// Windows the last [`Taker::take`] replayed.
+    pub replayed: u64,
 }
 
 /// Checks that the bucket's data is spread over `volumes` volumes, recording it at first use.
@@ -111,6 +113,7 @@ impl<'a> Taker<'a> {
             cache: HashMap::new(),
             cached_bytes: 0,
             ahead: HashMap::new(),
+            replayed: 0,
         }
     }
 
@@ -130,6 +133,7 @@ impl<'a> Taker<'a> {
     ) -> Result<(Manifest, String), ReplicaError> {
         let mut attempts = 0;
         loop {
+            self.replayed = 0;
             match self.take_once(data_dir, volume).await {
                 Err(ReplicaError::HistoryMoved(why)) if attempts < MAX_TAKE_ATTEMPTS => {
                     log::info!("replica: volume {volume}: {why}; reading its history again");
@@ -347,6 +351,7 @@ impl<'a> Taker<'a> {
                         local.apply(changes, &at)?;
                     }
                     seq += 1;
+                    self.replayed += 1;
                 }
                 Some(StreamObject::Fence) if segment.end.is_none() => {
                     segment.end = Some(seq);

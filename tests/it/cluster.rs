@@ -221,6 +221,11 @@ fn busiest(view: &Value) -> String {
         .expect("an owner")
 }
 
+/// Nodes a, b and c of one cluster, each started by `start` with its name.
+fn three_nodes(start: impl Fn(&str) -> Node) -> Vec<Node> {
+    ["a", "b", "c"].into_iter().map(start).collect()
+}
+
 /// `GET /cluster` from `node`.
 fn cluster_view(node: SocketAddr) -> Option<Value> {
     match request(node, "GET", "/cluster", None) {
@@ -369,6 +374,14 @@ impl Acknowledged {
         }
     }
 
+    /// Appends `count` records keyed `{prefix}-{n}` over the partitions in turn, as
+    /// [`Acknowledged::write`] does each.
+    fn write_many(&mut self, rng: &mut Rng, nodes: &[SocketAddr], count: u32, prefix: &str) {
+        for n in 0..count {
+            self.write(rng, nodes, n % PARTITIONS, &format!("{prefix}-{n}"));
+        }
+    }
+
     /// Produces the keyed event `key` through random nodes of `nodes` until one acknowledges
     /// it, as [`Acknowledged::write`] appends.
     fn produce(&mut self, rng: &mut Rng, nodes: &[SocketAddr], key: &str) {
@@ -469,10 +482,7 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
     let _alone = one_cluster_at_a_time();
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
-    let mut nodes: Vec<Node> = ["a", "b", "c"]
-        .iter()
-        .map(|name| Node::start(name, &etcd, &s3))
-        .collect();
+    let mut nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
     let view = wait_for_owners(nodes[0].addr(), 3);
     let owned = owners(&view);
     assert_eq!(owned.len(), 16, "every volume has an owner: {view}");
@@ -537,9 +547,7 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
         "the restarted node is a new incarnation: {view}"
     );
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
-    for n in 0..32 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("rejoined-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 32, "rejoined");
     for node in &all {
         acknowledged.check(*node);
     }
@@ -554,18 +562,13 @@ fn a_stopped_owner_acknowledges_nothing_after_its_volumes_moved() {
     let _alone = one_cluster_at_a_time();
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
-    let mut nodes: Vec<Node> = ["a", "b", "c"]
-        .iter()
-        .map(|name| Node::start(name, &etcd, &s3))
-        .collect();
+    let mut nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
     let view = wait_for_owners(nodes[0].addr(), 3);
     let owned = owners(&view);
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
-    for n in 0..32 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 32, "before");
     let victim = busiest(&view);
     let at = nodes
         .iter()
@@ -651,17 +654,12 @@ fn a_group_consumes_everything_through_any_node_across_a_failover() {
     let _alone = one_cluster_at_a_time();
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
-    let mut nodes: Vec<Node> = ["a", "b", "c"]
-        .iter()
-        .map(|name| Node::start(name, &etcd, &s3))
-        .collect();
+    let mut nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
     let view = wait_for_owners(nodes[0].addr(), 3);
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
-    for n in 0..80 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("record-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 80, "record");
 
     // One bad offset (beyond its partition's end) refuses the whole commit.
     let poll_path = format!("/topics/{TOPIC}/groups/billing/poll?limit=5");
@@ -829,19 +827,14 @@ fn volumes_move_to_a_joining_node_and_away_from_one_leaving_cleanly() {
     let _alone = one_cluster_at_a_time();
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
-    let mut nodes: Vec<Node> = ["a", "b", "c"]
-        .iter()
-        .map(|name| Node::start(name, &etcd, &s3))
-        .collect();
+    let mut nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
     wait_for_view(nodes[0].addr(), "three nodes, balanced", |view| {
         view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
     });
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
-    for n in 0..32 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 32, "before");
 
     nodes.push(Node::start("d", &etcd, &s3));
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
@@ -884,9 +877,7 @@ fn volumes_move_to_a_joining_node_and_away_from_one_leaving_cleanly() {
     );
     let left = Instant::now();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
-    for n in 0..32 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("after-leave-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 32, "after-leave");
     wait_for_view(all[0], "three nodes, balanced again", |view| {
         view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
     });
@@ -906,19 +897,14 @@ fn the_etcd_leader_dying_moves_no_volume() {
     let _alone = one_cluster_at_a_time();
     let mut etcd = Etcd::start_members(3);
     let s3 = block_on(fresh_s3_bucket());
-    let mut nodes: Vec<Node> = ["a", "b", "c"]
-        .iter()
-        .map(|name| Node::start_with(name, &etcd, &s3, &s3.endpoint, 5000))
-        .collect();
+    let mut nodes = three_nodes(|name| Node::start_with(name, &etcd, &s3, &s3.endpoint, 5000));
     let before = wait_for_view(nodes[0].addr(), "three nodes, balanced", |view| {
         view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
     });
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
-    for n in 0..32 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 32, "before");
     let leader = etcd.leader();
     etcd.kill(leader);
     let killed = Instant::now();
@@ -971,9 +957,7 @@ fn nodes_cut_off_from_the_bucket_give_their_volumes_up() {
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
-    for n in 0..32 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 32, "before");
 
     // The bucket is away for every node for 1.5 s.
     for proxy in &proxies {
@@ -1053,9 +1037,7 @@ fn nodes_cut_off_from_the_bucket_give_their_volumes_up() {
     wait_for_view(all[0], "three nodes, balanced again", |view| {
         view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
     });
-    for n in 0..16 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("after-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 16, "after");
     for node in all {
         acknowledged.check(node);
     }
@@ -1069,19 +1051,14 @@ fn a_wiped_node_comes_back_from_the_bucket() {
     let _alone = one_cluster_at_a_time();
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
-    let mut nodes: Vec<Node> = ["a", "b", "c"]
-        .iter()
-        .map(|name| Node::start(name, &etcd, &s3))
-        .collect();
+    let mut nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
     let view = wait_for_view(nodes[0].addr(), "three nodes, balanced", |view| {
         view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
     });
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
-    for n in 0..48 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("before-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 48, "before");
     let wiped = busiest(&view);
     let at = nodes
         .iter()
@@ -1100,9 +1077,7 @@ fn a_wiped_node_comes_back_from_the_bucket() {
             .is_none_or(Vec::is_empty),
         "the wiped node holds volumes again: {view}"
     );
-    for n in 0..16 {
-        acknowledged.write(&mut rng, &all, n % PARTITIONS, &format!("after-{n}"));
-    }
+    acknowledged.write_many(&mut rng, &all, 16, "after");
     for node in all {
         acknowledged.check(node);
     }

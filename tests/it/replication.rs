@@ -1520,3 +1520,32 @@ fn forward_answers(
         }
     }
 }
+
+/// A take that replays a long history snapshots the volume at once: whoever takes it next
+/// (after a failure, say) starts from there instead of replaying the same windows again.
+#[test]
+fn a_take_that_replays_a_long_history_snapshots_the_volume() {
+    let s3 = block_on(fresh_s3_bucket());
+    let first = temp_dir();
+    let mut node = start_node(first.path(), &s3, &s3.endpoint, "long", &[]);
+    // One window per append: a history of 80 windows, far below snapshot_bytes.
+    for n in 0..80 {
+        append_once(node.addr, 0, &format!("long-{n}")).expect("an append");
+    }
+    node.kill();
+    let bucket = bucket_of(&s3);
+    let snapshots = format!("{PREFIX}/vol/0000/snapshot/");
+    assert!(
+        block_on(stream_keys(&bucket, &snapshots)).is_empty(),
+        "no snapshot before the take"
+    );
+    // A fresh data folder: the take replays the whole history from the bucket.
+    let second = temp_dir();
+    let node = start_node(second.path(), &s3, &s3.endpoint, "long", &[]);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while block_on(stream_keys(&bucket, &snapshots)).is_empty() {
+        assert!(Instant::now() < deadline, "the volume was not snapshotted");
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(read_all(node.addr, 0).len(), 80);
+}
