@@ -57,15 +57,17 @@ pub(crate) async fn to_owner(
     request: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<EitherBody<impl MessageBody, BoxBody>>, actix_web::Error> {
-    let state = request.app_data::<web::Data<HttpState>>().cloned();
-    let routed = state.as_ref().and_then(|state| {
-        let cluster = state.log.cluster()?;
-        let forwarder = state.forwarder.clone()?;
-        let volume =
-            partition_of(request.path()).map(|id| volume_of(&id, cluster.volume_count()))?;
-        Some((cluster.clone(), forwarder, volume))
-    });
-    let Some((cluster, forwarder, volume)) = routed else {
+    // Outside a cluster this is all the work a request sees here.
+    let routed = request
+        .app_data::<web::Data<HttpState>>()
+        .and_then(|state| {
+            let cluster = state.log.cluster()?;
+            let forwarder = state.forwarder.clone()?;
+            let id = partition_of(request.path())?;
+            let volume = volume_of(&id, cluster.volume_count());
+            Some((cluster.clone(), forwarder, volume, state.max_body_bytes))
+        });
+    let Some((cluster, forwarder, volume, limit)) = routed else {
         return Ok(next.call(request).await?.map_into_left_body());
     };
     if cluster.route(volume) == Route::Local {
@@ -79,7 +81,6 @@ pub(crate) async fn to_owner(
         .error_response();
         return Ok(request.into_response(refused).map_into_right_body());
     }
-    let limit = state.map_or(usize::MAX, |state| state.max_body_bytes);
     let (http_request, mut payload) = request.into_parts();
     let mut body = web::BytesMut::new();
     while let Some(chunk) = payload.next().await {

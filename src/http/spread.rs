@@ -132,6 +132,25 @@ impl<'a> Spread<'a> {
         }
     }
 
+    /// Sends `method path_and_query` with `body` and the client's headers (its token) to the
+    /// node holding partition `id`'s volume (see [`forward`]).
+    async fn to_owner_of(
+        &self,
+        id: &PartitionId,
+        method: actix_web::http::Method,
+        path_and_query: String,
+        body: Vec<u8>,
+    ) -> Answer {
+        let outgoing = Outgoing {
+            method,
+            path_and_query,
+            headers: self.request.headers().clone(),
+            body: body.into(),
+        };
+        let volume = volume_of(id, self.cluster.volume_count());
+        forward(self.cluster, self.forwarder, &outgoing, volume).await
+    }
+
     /// A group poll over every partition of `topic`: each node polls the partitions it holds
     /// (this one through `poll_here`) with the client's wait, and once one answers records the
     /// others are asked again without waiting. Answers each partition's entry (`partition`,
@@ -271,19 +290,10 @@ impl<'a> Spread<'a> {
 
     /// Partition `partition`'s next offset, asked of its owner.
     async fn next_offset(&self, id: &PartitionId) -> Result<u64, Answer> {
-        let outgoing = Outgoing {
-            method: actix_web::http::Method::GET,
-            path_and_query: format!("/topics/{}/partitions/{}/bounds", id.topic(), id.index()),
-            headers: self.request.headers().clone(),
-            body: actix_web::web::Bytes::new(),
-        };
-        let answer = forward(
-            self.cluster,
-            self.forwarder,
-            &outgoing,
-            volume_of(id, self.cluster.volume_count()),
-        )
-        .await;
+        let path = format!("/topics/{}/partitions/{}/bounds", id.topic(), id.index());
+        let answer = self
+            .to_owner_of(id, actix_web::http::Method::GET, path, Vec::new())
+            .await;
         let next_offset = (answer.status == 200)
             .then(|| serde_json::from_slice::<Value>(&answer.body).ok())
             .flatten()
@@ -343,13 +353,11 @@ impl<'a> Spread<'a> {
                 })
             })
             .collect::<Result<_, ApiError>>()?;
-        let outgoing = Outgoing {
-            method: actix_web::http::Method::POST,
-            path_and_query: format!("/topics/{topic}/partitions/{partition}/records"),
-            headers: self.request.headers().clone(),
-            body: serde_json::to_vec(&body).expect("records serialize").into(),
-        };
-        let answer = forward(self.cluster, self.forwarder, &outgoing, volume).await;
+        let path = format!("/topics/{topic}/partitions/{partition}/records");
+        let body = serde_json::to_vec(&body).expect("records serialize");
+        let answer = self
+            .to_owner_of(&id, actix_web::http::Method::POST, path, body)
+            .await;
         if answer.status != 202 {
             return Ok(Err(answer));
         }
@@ -423,17 +431,14 @@ impl<'a> Spread<'a> {
             }
             let query = self.request.query_string();
             let path = format!("/topics/{topic}/partitions/{partition}/groups/{group}/leases");
-            let outgoing = Outgoing {
-                method: actix_web::http::Method::POST,
-                path_and_query: if query.is_empty() {
-                    path
-                } else {
-                    format!("{path}?{query}")
-                },
-                headers: self.request.headers().clone(),
-                body: actix_web::web::Bytes::new(),
+            let path = if query.is_empty() {
+                path
+            } else {
+                format!("{path}?{query}")
             };
-            let answer = forward(self.cluster, self.forwarder, &outgoing, volume).await;
+            let answer = self
+                .to_owner_of(&id, actix_web::http::Method::POST, path, Vec::new())
+                .await;
             match answer.status {
                 200 => {
                     let mut lease: Value = match serde_json::from_slice(&answer.body) {

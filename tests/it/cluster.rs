@@ -270,6 +270,22 @@ fn wait_for_view(node: SocketAddr, what: &str, settled: impl Fn(&Value) -> bool)
     }
 }
 
+/// Waits until `node` sees `members` members, each with the volumes rendezvous hashing gives
+/// it; answers the view.
+fn wait_for_balance(node: SocketAddr, members: usize) -> Value {
+    wait_for_view(node, &format!("{members} nodes, balanced"), |view| {
+        view["members"].as_object().map(serde_json::Map::len) == Some(members) && balanced(view)
+    })
+}
+
+/// Where node `name` is in `nodes`.
+fn position(nodes: &[Node], name: &str) -> usize {
+    nodes
+        .iter()
+        .position(|node| node.name == name)
+        .expect("a node of the cluster")
+}
+
 /// Whether every volume of `view` is with the node rendezvous hashing picks among its members,
 /// and nothing is moving.
 fn balanced(view: &Value) -> bool {
@@ -496,10 +512,7 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
 
     // The node owning the most volumes dies.
     let victim = busiest(&view);
-    let at = nodes
-        .iter()
-        .position(|node| node.name == victim)
-        .expect("a node");
+    let at = position(&nodes, &victim);
     nodes[at].kill();
     let killed = Instant::now();
     let survivors: Vec<SocketAddr> = nodes
@@ -570,10 +583,7 @@ fn a_stopped_owner_acknowledges_nothing_after_its_volumes_moved() {
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
     acknowledged.write_many(&mut rng, &all, 32, "before");
     let victim = busiest(&view);
-    let at = nodes
-        .iter()
-        .position(|node| node.name == victim)
-        .expect("a node");
+    let at = position(&nodes, &victim);
     let stale = nodes[at].addr();
     let moved: Vec<u32> = (0..PARTITIONS)
         .filter(|&partition| owned[&volume_of(partition)] == victim)
@@ -682,10 +692,7 @@ fn a_group_consumes_everything_through_any_node_across_a_failover() {
     }
 
     let victim = busiest(&view);
-    let at = nodes
-        .iter()
-        .position(|node| node.name == victim)
-        .expect("a node");
+    let at = position(&nodes, &victim);
     let mut consumed: BTreeMap<String, (u32, u64)> = BTreeMap::new();
     let mut cursors: BTreeMap<u32, u64> = BTreeMap::new();
     let mut live = all.clone();
@@ -828,9 +835,7 @@ fn volumes_move_to_a_joining_node_and_away_from_one_leaving_cleanly() {
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
     let mut nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
-    wait_for_view(nodes[0].addr(), "three nodes, balanced", |view| {
-        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
-    });
+    wait_for_balance(nodes[0].addr(), 3);
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
@@ -878,9 +883,7 @@ fn volumes_move_to_a_joining_node_and_away_from_one_leaving_cleanly() {
     let left = Instant::now();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
     acknowledged.write_many(&mut rng, &all, 32, "after-leave");
-    wait_for_view(all[0], "three nodes, balanced again", |view| {
-        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
-    });
+    wait_for_balance(all[0], 3);
     eprintln!(
         "a node left cleanly: balanced again after {:?}",
         left.elapsed()
@@ -898,9 +901,7 @@ fn the_etcd_leader_dying_moves_no_volume() {
     let mut etcd = Etcd::start_members(3);
     let s3 = block_on(fresh_s3_bucket());
     let mut nodes = three_nodes(|name| Node::start_with(name, &etcd, &s3, &s3.endpoint, 5000));
-    let before = wait_for_view(nodes[0].addr(), "three nodes, balanced", |view| {
-        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
-    });
+    let before = wait_for_balance(nodes[0].addr(), 3);
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
@@ -1002,10 +1003,7 @@ fn nodes_cut_off_from_the_bucket_give_their_volumes_up() {
 
     // One node is cut off alone, for longer than its lease.
     let victim = busiest(&view);
-    let at = nodes
-        .iter()
-        .position(|node| node.name == victim)
-        .expect("a node");
+    let at = position(&nodes, &victim);
     proxies[at].set_down(true);
     let survivors: Vec<SocketAddr> = nodes
         .iter()
@@ -1034,9 +1032,7 @@ fn nodes_cut_off_from_the_bucket_give_their_volumes_up() {
     proxies[at].set_down(false);
     nodes[at].server = None;
     nodes[at].restart();
-    wait_for_view(all[0], "three nodes, balanced again", |view| {
-        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
-    });
+    wait_for_balance(all[0], 3);
     acknowledged.write_many(&mut rng, &all, 16, "after");
     for node in all {
         acknowledged.check(node);
@@ -1052,18 +1048,13 @@ fn a_wiped_node_comes_back_from_the_bucket() {
     let etcd = Etcd::start();
     let s3 = block_on(fresh_s3_bucket());
     let mut nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
-    let view = wait_for_view(nodes[0].addr(), "three nodes, balanced", |view| {
-        view["members"].as_object().map(serde_json::Map::len) == Some(3) && balanced(view)
-    });
+    let view = wait_for_balance(nodes[0].addr(), 3);
     let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
     let mut acknowledged = Acknowledged::default();
     let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
     acknowledged.write_many(&mut rng, &all, 48, "before");
     let wiped = busiest(&view);
-    let at = nodes
-        .iter()
-        .position(|node| node.name == wiped)
-        .expect("a node");
+    let at = position(&nodes, &wiped);
     nodes[at].kill();
     std::fs::remove_dir_all(nodes[at].dir.path()).expect("wipe the data folder");
     std::fs::create_dir(nodes[at].dir.path()).expect("an empty data folder");
