@@ -157,8 +157,11 @@ pub struct StorageSettings {
     pub data_dir: PathBuf,
     /// Commit durability. Default: `full`.
     pub sync: SyncMode,
-    /// Volumes new partitions are spread over, each with one committer thread. Default: 1.
+    /// Volumes new partitions are spread over, each with one committer. Default: 1.
     pub volumes: usize,
+    /// Most threads running the committers of the volumes this node holds (one runs a volume
+    /// at a time). Default: 4.
+    pub committers: usize,
     /// Threads running partitions' blocking work other than appends (cursor commits, leases,
     /// retention). Default: 2.
     pub workers: usize,
@@ -726,6 +729,7 @@ impl Config {
         positive("partitions.idle_stop_ms", self.partitions.idle_stop_ms)?;
         positive("storage.volumes", self.storage.volumes as u64)?;
         positive("storage.workers", self.storage.workers as u64)?;
+        positive("storage.committers", self.storage.committers as u64)?;
         self.topic_settings_validate("", &self.topic(""))?;
         for (name, topic) in &self.topics {
             validate_topic(name)

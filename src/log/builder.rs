@@ -20,7 +20,7 @@ use crate::registry::{
     Signals,
 };
 use crate::replica::{ReplicaError, Replicator};
-use crate::store::{ColdFlushCounters, ReplicaCounters, Stream, Volumes};
+use crate::store::{ColdFlushCounters, CommitterPool, ReplicaCounters, Stream, Volumes};
 
 /// Opens a [`Log`] with parts other than the configured ones.
 #[must_use]
@@ -103,20 +103,37 @@ impl LogBuilder {
         let stream = replicator
             .clone()
             .map(|replicator| replicator as Arc<dyn Stream>);
+        let committers = CommitterPool::new(storage.committers);
         let volumes = match (&cluster, &replicator) {
             // A cluster's node opens the volumes it takes, as it takes them.
-            (Some(_), _) => {
-                Volumes::held_elsewhere(&storage.data_dir, volume_count, storage.sync, stream)
-            }
+            (Some(_), _) => Volumes::held_elsewhere(
+                &storage.data_dir,
+                volume_count,
+                storage.sync,
+                stream,
+                committers,
+            ),
             (None, Some(replicator)) => {
                 replicator
                     .take_blocking((0..volume_count).collect())
                     .map_err(cannot_take)?;
-                Volumes::open(&storage.data_dir, volume_count, storage.sync, stream)
-                    .map_err(|err| Error::unavailable(None, err.to_string(), None))?
+                Volumes::open(
+                    &storage.data_dir,
+                    volume_count,
+                    storage.sync,
+                    stream,
+                    committers,
+                )
+                .map_err(|err| Error::unavailable(None, err.to_string(), None))?
             }
-            (None, None) => Volumes::open(&storage.data_dir, volume_count, storage.sync, stream)
-                .map_err(|err| Error::unavailable(None, err.to_string(), None))?,
+            (None, None) => Volumes::open(
+                &storage.data_dir,
+                volume_count,
+                storage.sync,
+                stream,
+                committers,
+            )
+            .map_err(|err| Error::unavailable(None, err.to_string(), None))?,
         };
         volumes
             .review_due_times(&config.retention_limits())

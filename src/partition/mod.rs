@@ -3,7 +3,7 @@
 //! Each operation is a typed [`Message`] with its handler, in the file of its group (produce,
 //! consume, leases, operations) as in [`crate::log`] and [`crate::http`]. The actor lives on
 //! the arbiter that started the log (message passing with producers on that event loop costs
-//! no thread switch) and owns no thread: appends go to its volume's committer thread, which
+//! no thread switch) and owns no thread: appends go to its volume's committer, which
 //! commits the appends of every partition of the volume in one transaction (group commit, see
 //! `docs/append-pipeline.md`); other blocking work (cursor commits, leases, retention) runs on
 //! one of a fixed set of worker threads shared by every partition (`[storage] workers`), so a

@@ -84,7 +84,7 @@ impl Shortcut {
         let request = self.load.begin_inbound();
         let (answer, answered) = oneshot::channel();
         let shortcut = self.clone();
-        // Runs on the committer thread, where the records are already findable.
+        // Runs on the committer's thread, where the records are already findable.
         let reply = Box::new(
             move |result: Result<(Vec<AppendOutcome>, u64), StoreError>| {
                 let answered = result.map(|(mut outcomes, pending)| {

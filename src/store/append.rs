@@ -53,7 +53,7 @@ impl LogStore {
 
     /// Queues `batches` for the volume's next group commit without waiting; `reply` gets one
     /// outcome per batch and the partition's backlog after the commit
-    /// ([`pending_deliveries`](Self::pending_deliveries)), on the committer thread, or at once
+    /// ([`pending_deliveries`](Self::pending_deliveries)), on the committer's thread, or at once
     /// on this one when every batch is refused or the store refuses writes. On a replicated
     /// volume the reply waits for the commit's landing; `committed`, when given, is called as
     /// soon as it committed locally (never when the reply comes first), so the caller may send

@@ -1,7 +1,7 @@
 //! `LogStore`: every rule of one partition's log, as plain synchronous Rust over its share of a
 //! SQLite [`Volume`] (one database holding many partitions).
 //!
-//! The store knows nothing of actors or HTTP. Appends go to the volume's committer thread,
+//! The store knows nothing of actors or HTTP. Appends go to the volume's committer,
 //! which commits the appends of every partition of the volume that queued meanwhile in one
 //! transaction; other writes use the volume's writing connection under its lock (the partition
 //! is the single writer of its offsets, cursors and leases, which keeps offsets contiguous);
@@ -45,7 +45,7 @@ pub use replication::{
 };
 pub use retention::{ColdFlushCounters, ColdTier};
 pub use tail::Retention;
-pub use volume::{INDEX_EVERY_ROWS, Volume};
+pub use volume::{CommitterPool, INDEX_EVERY_ROWS, Volume};
 pub(crate) use volumes::Volumes;
 
 use tail::{Due, PartitionTail, Tail};

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::{
-    DuePartition, DuePosition, LogStore, StoreError, StoreOptions, Stream, SyncMode, Volume,
-    VolumeReplica,
+    CommitterPool, DuePartition, DuePosition, LogStore, StoreError, StoreOptions, Stream, SyncMode,
+    Volume, VolumeReplica,
 };
 use crate::error_code::with_causes;
 use crate::names::{PartitionId, validate_topic};
@@ -26,6 +26,8 @@ pub(crate) struct Volumes {
     dir: PathBuf,
     sync: SyncMode,
     stream: Option<Arc<dyn Stream>>,
+    /// Runs the committers of every volume opened here.
+    committers: CommitterPool,
 }
 
 /// One volume of the folder, as this node has it.
@@ -90,6 +92,7 @@ impl Volumes {
         spread: usize,
         sync: SyncMode,
         stream: Option<Arc<dyn Stream>>,
+        committers: CommitterPool,
     ) -> Result<Self, VolumesError> {
         if let Some(file) = earlier_layout_file(dir) {
             return Err(VolumesError::EarlierLayout {
@@ -101,7 +104,7 @@ impl Volumes {
         while dir.join(Volume::file_name(count)).exists() {
             count += 1;
         }
-        let volumes = Self::held_elsewhere(dir, spread, sync, stream);
+        let volumes = Self::held_elsewhere(dir, spread, sync, stream, committers);
         for index in 0..count {
             volumes.attach(index)?;
         }
@@ -115,6 +118,7 @@ impl Volumes {
         spread: usize,
         sync: SyncMode,
         stream: Option<Arc<dyn Stream>>,
+        committers: CommitterPool,
     ) -> Self {
         Self {
             slots: RwLock::new((0..spread).map(|_| Slot::Elsewhere).collect()),
@@ -122,6 +126,7 @@ impl Volumes {
             dir: dir.to_owned(),
             sync,
             stream,
+            committers,
         }
     }
 
@@ -137,7 +142,7 @@ impl Volumes {
             stream,
             volume: index,
         });
-        let slot = match Volume::open_replicated(&path, self.sync, replica) {
+        let slot = match Volume::open_in(&path, self.sync, replica, &self.committers) {
             Ok(volume) => Slot::Open(volume),
             Err(error @ StoreError::SchemaTooNew { .. }) => {
                 return Err(VolumesError::TooNew { path, error });
@@ -417,7 +422,7 @@ mod tests {
         std::fs::create_dir(earlier.parent().unwrap()).expect("topic folder");
         std::fs::write(&earlier, b"").expect("partition file");
 
-        let err = Volumes::open(dir.path(), 1, SyncMode::Normal, None)
+        let err = Volumes::open(dir.path(), 1, SyncMode::Normal, None, CommitterPool::new(1))
             .err()
             .expect("refused");
         assert!(matches!(&err, VolumesError::EarlierLayout { file, .. } if *file == earlier));

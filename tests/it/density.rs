@@ -516,6 +516,53 @@ fn the_server_serves_five_thousand_partitions_under_256_fds() {
     );
 }
 
+/// Threads of the server process whose name starts with `prefix` (names are cut at 15 bytes).
+fn threads_named(pid: u32, prefix: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .flatten()
+        .filter(|task| {
+            std::fs::read_to_string(task.path().join("comm"))
+                .is_ok_and(|name| name.starts_with(prefix))
+        })
+        .count()
+}
+
+/// A node of 64 volumes, each written through many partitions at once, commits on no more
+/// threads than its committer pool has (`storage.committers`, 3 here): its threads do not
+/// follow its volumes (each volume had a thread of its own before).
+#[test]
+fn sixty_four_volumes_commit_on_the_committer_pool_threads() {
+    const VOLUMES: usize = 64;
+    let server = Binary::start(
+        "",
+        &[
+            ("DURABILITY__STORAGE__VOLUMES", "64"),
+            ("DURABILITY__STORAGE__COMMITTERS", "3"),
+        ],
+    );
+    server.write(VOLUMES * 16, "spread-");
+    let used = partitions_per_volume(&server._dir.path().join("data"));
+    assert_eq!(used.len(), VOLUMES);
+    assert!(
+        used.iter().all(|partitions| !partitions.is_empty()),
+        "every volume was written"
+    );
+    let committers = threads_named(server.child.id(), "durability-comm");
+    assert!(
+        (1..=3).contains(&committers),
+        "{committers} committer threads"
+    );
+    let threads = server.metrics()["process_threads"];
+    assert!(threads < VOLUMES as f64, "{threads} threads");
+    for n in (0..VOLUMES * 16).step_by(9) {
+        assert_eq!(
+            read_back(server.addr, &format!("spread-{}", n / 8), (n % 8) as u32),
+            json!({ "n": n })
+        );
+    }
+}
+
 /// Ten cycles of 1,000 partitions written and then left idle: after each idle period no
 /// partition is open and no partition actor is alive, nothing is logged about a stopped
 /// partition, and resident memory after the last cycle is within 1.2× of after the first.

@@ -1,5 +1,6 @@
-//! The committer thread: it takes every share queued for the next group commit, commits them
-//! in one transaction (one fsync), answers each caller, and indexes when idle.
+//! The committer: it takes every share queued for the next group commit, commits them in one
+//! transaction (one fsync), answers each caller, and indexes when idle. It runs in steps on
+//! the node's committer pool (`pool.rs`), one volume on one thread at a time.
 //!
 //! On a replicated volume a group's answer waits for its window to land in the stream, and so
 //! does what it brings to memory (the partitions' ends, the recent records: what readers see).
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::health::Fault;
+use super::pool::After;
 use super::{INDEX_EVERY_ROWS, Shared, Writer};
 use crate::store::batch::{AppendOutcome, NewRecord, record_checksum};
 use crate::store::commit_queue::{AppendRequest, Next};
@@ -33,6 +35,30 @@ const INDEX_WHEN_IDLE: Duration = Duration::from_millis(20);
 /// The committer frees the writer's page cache after this long without an append, so an idle
 /// node's memory goes back to where it started.
 const RELEASE_CACHE_WHEN_IDLE: Duration = Duration::from_secs(5);
+
+/// What the committer carries from one step to the next.
+pub(super) struct CommitterState {
+    /// Batches the last group answered: the next one waits for as many, for a while.
+    expected: usize,
+    /// How long the last group took to commit: the next one waits up to half of it.
+    last_commit: Duration,
+    last_group: Instant,
+    cache_released: bool,
+    /// The high-water mark last recorded.
+    high_water: i64,
+}
+
+impl CommitterState {
+    pub(super) fn new(high_water: i64) -> Self {
+        Self {
+            expected: 0,
+            last_commit: Duration::ZERO,
+            last_group: Instant::now(),
+            cache_released: false,
+            high_water,
+        }
+    }
+}
 
 /// What a group commit wrote for one partition, applied to memory only once it committed.
 struct Staged {
@@ -147,48 +173,78 @@ pub(in crate::store) fn pending_deliveries(
 }
 
 impl Shared {
-    /// The committer thread: takes every queued share, commits them in one transaction, answers
-    /// each, and indexes when idle or when enough records wait.
-    pub(super) fn run_committer(self: Arc<Self>) {
-        let (mut expected, mut last_commit) = (0, Duration::ZERO);
-        let (mut last_group, mut cache_released) = (Instant::now(), false);
-        let mut high_water = lock(&self.writer).last_seq;
-        loop {
-            let group = match self
-                .queue
-                .next_group(INDEX_WHEN_IDLE, expected, last_commit / 2)
-            {
-                Next::Group(group) => group,
-                Next::Landed => {
-                    let _ = self.settle_landing(&mut lock(&self.writer));
-                    continue;
+    /// One step of the committer, run on its pool (`pool.rs`): commits the shares queued in
+    /// one transaction and answers each (indexing when enough records wait), or settles a
+    /// landing's outcome, or does the idle work, or, once the queue closed, drains and stops.
+    pub(super) fn committer_step(self: &Arc<Self>) -> After {
+        let mut state = lock(&self.committer);
+        let idle_at = match self.queue.next_group(state.expected, state.last_commit / 2) {
+            Next::Group(group) => {
+                (state.last_group, state.cache_released) = (Instant::now(), false);
+                state.expected = group.iter().map(|share| share.batches.len()).sum();
+                let mut writer = lock(&self.writer);
+                self.commit_group(&mut writer, group);
+                state.last_commit = state.last_group.elapsed();
+                if (writer.published_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS {
+                    let _ = self.index_locked(&mut writer);
                 }
-                Next::Idle => {
-                    // A landing not known in time is settled as soon as its outcome is.
-                    let _ = self.settle_landing(&mut lock(&self.writer));
-                    let _ = self.index();
-                    self.record_high_water(&mut high_water);
-                    if !cache_released && last_group.elapsed() >= RELEASE_CACHE_WHEN_IDLE {
-                        self.release_cache();
-                        cache_released = true;
-                    }
-                    continue;
-                }
-                Next::Closed => break,
-            };
-            (last_group, cache_released) = (Instant::now(), false);
-            expected = group.iter().map(|share| share.batches.len()).sum();
-            let mut writer = lock(&self.writer);
-            let started = Instant::now();
-            self.commit_group(&mut writer, group);
-            last_commit = started.elapsed();
-            if (writer.published_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS {
-                let _ = self.index_locked(&mut writer);
+                Some(state.last_group + INDEX_WHEN_IDLE)
             }
+            Next::Landed => {
+                let _ = self.settle_landing(&mut lock(&self.writer));
+                Some(Instant::now() + INDEX_WHEN_IDLE)
+            }
+            Next::Idle => self.idle_step(&mut state),
+            Next::Closed => {
+                drop(state);
+                let _ = self.drain_in_flight(&mut lock(&self.writer));
+                let _ = self.index();
+                let _ = self.drain_in_flight(&mut lock(&self.writer));
+                self.queue.stop();
+                return After::Stopped;
+            }
+        };
+        drop(state);
+        if self.queue.step_done() {
+            After::Again
+        } else {
+            idle_at.map_or(After::Rest, After::IdleAt)
         }
-        let _ = self.drain_in_flight(&mut lock(&self.writer));
+    }
+
+    /// The committer's work once no append arrived for [`INDEX_WHEN_IDLE`]: settles a landing
+    /// not known in time, indexes, records the high-water mark, and frees the page cache after
+    /// [`RELEASE_CACHE_WHEN_IDLE`]. Answers when it is due again: soon while a window is in
+    /// flight or records wait for the index, else when the cache is to be freed, else never
+    /// (until the next append).
+    fn idle_step(&self, state: &mut CommitterState) -> Option<Instant> {
+        let idle_from = state.last_group + INDEX_WHEN_IDLE;
+        if Instant::now() < idle_from {
+            return Some(idle_from);
+        }
+        let _ = self.settle_landing(&mut lock(&self.writer));
         let _ = self.index();
-        let _ = self.drain_in_flight(&mut lock(&self.writer));
+        self.record_high_water(&mut state.high_water);
+        let release_at = state.last_group + RELEASE_CACHE_WHEN_IDLE;
+        if !state.cache_released && Instant::now() >= release_at {
+            self.release_cache();
+            state.cache_released = true;
+        }
+        if self.unsettled() {
+            Some(Instant::now() + INDEX_WHEN_IDLE)
+        } else {
+            (!state.cache_released).then_some(release_at)
+        }
+    }
+
+    /// Whether the idle work has more to do: a window in flight or a landing pending to settle,
+    /// or records the index lacks (on a volume that still takes writes).
+    fn unsettled(&self) -> bool {
+        let writer = lock(&self.writer);
+        let takes_writes = self.damaged.get().is_none() && self.fenced.get().is_none();
+        !writer.in_flight.is_empty()
+            || (takes_writes && writer.published_seq > writer.indexed_through)
+            || lock(&self.pending).is_some()
     }
 
     /// Moves every committed page into the database file and empties the WAL, then records the
@@ -717,6 +773,7 @@ mod tests {
 /// Group commits on a replicated volume, with a stream whose landings each test answers.
 #[cfg(test)]
 mod replicated {
+    use crate::store::CommitterPool;
     use std::sync::atomic::{AtomicBool, AtomicU64};
     use std::sync::{Mutex, mpsc};
 
@@ -790,9 +847,13 @@ mod replicated {
             stream: stream.clone(),
             volume: 0,
         };
-        let volume =
-            Volume::open_replicated(dir.path().join("v.sqlite"), SyncMode::Normal, Some(replica))
-                .unwrap();
+        let volume = Volume::open_in(
+            dir.path().join("v.sqlite"),
+            SyncMode::Normal,
+            Some(replica),
+            &CommitterPool::new(1),
+        )
+        .unwrap();
         Fixture {
             _dir: dir,
             volume,

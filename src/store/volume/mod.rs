@@ -1,8 +1,9 @@
-//! `Volume`: one SQLite database holding many partitions, with one committer thread.
+//! `Volume`: one SQLite database holding many partitions, with one committer.
 //!
-//! A node keeps a small, fixed number of volumes whatever its partition count, so threads,
-//! file descriptors and fsyncs stay bounded. Each volume has one writing connection, used by
-//! its committer thread for appends and under a lock by the partitions' other writes, and a
+//! A node keeps a small, fixed number of volumes whatever its partition count, so file
+//! descriptors and fsyncs stay bounded; the committers of all its volumes share one pool of
+//! threads (`pool.rs`), so its threads do not grow with its volumes either. Each volume has one
+//! writing connection, used by its committer for appends and under a lock by the partitions' other writes, and a
 //! small pool of read-only connections that open on demand and close when idle.
 //!
 //! Appends of every partition of the volume that arrive while a commit runs are committed
@@ -16,7 +17,8 @@
 //!
 //! The code is split by concern: this file opens the volume and runs its transactions
 //! (connections, reads, writes, opening partitions, trim locks); `committer.rs` is the
-//! committer thread and its group commits; `index.rs` the background index and the in-memory
+//! committer and its group commits; `pool.rs` the threads that run committers; `index.rs` the
+//! background index and the in-memory
 //! index of recent records; `health.rs` what can go wrong (poisoning, damage, the high-water
 //! mark, injected faults).
 //!
@@ -50,6 +52,7 @@ use rusqlite::{
 mod committer;
 mod health;
 mod index;
+mod pool;
 
 use super::commit_queue::{AppendRequest, CommitQueue};
 use super::damage::{self, DamageKind};
@@ -59,9 +62,10 @@ use super::{StoreError, SyncMode, lock, schema};
 use health::{Damage, high_water_path, read_high_water};
 use index::Recent;
 
-use committer::InFlight;
 pub(super) use committer::pending_deliveries;
+use committer::{CommitterState, InFlight};
 pub(super) use health::{Fault, write_high_water};
+pub use pool::CommitterPool;
 
 /// How long a connection waits for a lock held by another connection before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
@@ -103,6 +107,8 @@ pub(super) struct Shared {
     readers: r2d2::Pool<SqliteConnectionManager>,
     recent: Mutex<HashMap<i64, Recent>>,
     pub(super) queue: Arc<CommitQueue>,
+    /// What the committer carries between its steps (see `committer.rs`).
+    committer: Mutex<CommitterState>,
     /// Set when a write failed with an unknown outcome: from then on writes are refused until
     /// [`Volume::recover`] reopens the writer.
     pub(super) poisoned: AtomicBool,
@@ -131,8 +137,6 @@ pub(super) type TrimLock = tokio::sync::Mutex<()>;
 /// One SQLite database of many partitions. See the module docs.
 pub struct Volume {
     shared: Arc<Shared>,
-    /// The committer thread, joined by [`Volume::close`].
-    committer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 impl Drop for Volume {
@@ -189,24 +193,26 @@ fn open_writer(path: &Path, sync: SyncMode) -> Result<Connection, StoreError> {
 
 impl Volume {
     /// Opens (creating if needed) the volume at `path`, brings its schema up to date, indexes
-    /// what was committed since the last index pass, and starts its committer thread.
+    /// what was committed since the last index pass, and starts its committer on a pool of its
+    /// own.
     ///
     /// # Errors
     /// [`StoreError::Sqlite`] when the file cannot be opened or migrated,
     /// [`StoreError::SchemaTooNew`] when a newer version wrote it.
     pub fn open(path: impl AsRef<Path>, sync: SyncMode) -> Result<Arc<Self>, StoreError> {
-        Self::open_replicated(path, sync, None)
+        Self::open_in(path, sync, None, &CommitterPool::new(1))
     }
 
-    /// [`Volume::open`], landing every write in `replica`'s stream before it commits when one
-    /// is given (see `replication.rs`).
+    /// [`Volume::open`], with its committer on `pool`, and landing every write in `replica`'s
+    /// stream before it commits when one is given (see `replication.rs`).
     ///
     /// # Errors
     /// As [`Volume::open`].
-    pub fn open_replicated(
+    pub fn open_in(
         path: impl AsRef<Path>,
         sync: SyncMode,
         replica: Option<VolumeReplica>,
+        pool: &CommitterPool,
     ) -> Result<Arc<Self>, StoreError> {
         let path = path.as_ref().to_path_buf();
         let conn = open_writer(&path, sync)?;
@@ -233,21 +239,31 @@ impl Volume {
             in_flight: VecDeque::new(),
         };
         writer.load_positions()?;
-        let shared = Arc::new(Shared {
-            path,
-            sync,
-            writer: Mutex::new(writer),
-            readers,
-            recent: Mutex::default(),
-            queue: Arc::default(),
-            poisoned: AtomicBool::new(false),
-            epoch: AtomicU64::new(0),
-            damaged: std::sync::OnceLock::new(),
-            faults: Default::default(),
-            trim_locks: Mutex::default(),
-            replica,
-            pending: Mutex::default(),
-            fenced: std::sync::OnceLock::new(),
+        let high_water = writer.last_seq;
+        let shared = Arc::new_cyclic(|shared: &Weak<Shared>| {
+            let (shared, pool) = (shared.clone(), pool.clone());
+            let schedule = move || {
+                if let Some(shared) = shared.upgrade() {
+                    pool.run(shared);
+                }
+            };
+            Shared {
+                path,
+                sync,
+                writer: Mutex::new(writer),
+                readers,
+                recent: Mutex::default(),
+                queue: Arc::new(CommitQueue::new(Box::new(schedule))),
+                committer: Mutex::new(CommitterState::new(high_water)),
+                poisoned: AtomicBool::new(false),
+                epoch: AtomicU64::new(0),
+                damaged: std::sync::OnceLock::new(),
+                faults: Default::default(),
+                trim_locks: Mutex::default(),
+                replica,
+                pending: Mutex::default(),
+                fenced: std::sync::OnceLock::new(),
+            }
         });
         shared.capture(&lock(&shared.writer).conn)?;
         let high_water = read_high_water(&shared.path);
@@ -266,22 +282,8 @@ impl Volume {
             shared.remember_damage(&mark);
         }
         shared.index_or_remember(&mut lock(&shared.writer))?;
-        let name = format!(
-            "durability-commit-{}",
-            shared
-                .path
-                .file_stem()
-                .map_or_else(String::new, |stem| stem.to_string_lossy().into_owned())
-        );
-        let thread_shared = shared.clone();
-        let committer = std::thread::Builder::new()
-            .name(name)
-            .spawn(move || thread_shared.run_committer())
-            .map_err(StoreError::Thread)?;
-        Ok(Arc::new(Self {
-            shared,
-            committer: Mutex::new(Some(committer)),
-        }))
+        pool.register()?;
+        Ok(Arc::new(Self { shared }))
     }
 
     /// Closes the volume for writes: the committer commits what is queued and stops, the WAL
@@ -293,9 +295,7 @@ impl Volume {
     /// A storage failure of the checkpoint.
     pub fn close(&self) -> Result<(), StoreError> {
         self.shared.queue.close();
-        if let Some(committer) = lock(&self.committer).take() {
-            let _ = committer.join();
-        }
+        self.shared.queue.wait_stopped();
         self.shared.checkpoint()
     }
 
@@ -340,7 +340,7 @@ impl Volume {
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
-    /// Queues a group-commit share; the reply comes from the committer thread (or at once, with
+    /// Queues a group-commit share; the reply comes from the committer's thread (or at once, with
     /// [`StoreError::Poisoned`], from a closed volume).
     pub(super) fn submit(&self, request: AppendRequest) {
         if let Err(request) = self.shared.queue.push(request) {
