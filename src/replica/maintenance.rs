@@ -30,12 +30,16 @@ const LANDING_POLL: Duration = Duration::from_millis(5);
 #[derive(Default)]
 pub(super) struct Unneeded {
     since: HashMap<String, Instant>,
+    /// When the last collection ran.
+    collected_at: Option<Instant>,
     /// Window keys found to hold fences: kept for ever, and not read again.
     fences: HashSet<String>,
 }
 
 impl Node {
-    /// Snapshots volume `volume` and collects garbage; logs what fails (the next one retries).
+    /// Snapshots volume `volume`, then collects garbage unless a collection ran within half
+    /// the grace time (what a collection finds is deleted only a grace time later anyway, and
+    /// one reads every volume's manifest); logs what fails (the next one retries).
     pub(super) async fn snapshot_and_collect(self: Arc<Self>, volume: usize) {
         let mut unneeded = self.maintenance.lock().await;
         if let Err(err) = self.snapshot(volume).await {
@@ -44,7 +48,12 @@ impl Node {
         if let Some(held) = self.volumes[volume].lock().await.as_mut() {
             held.snapshotting = false;
         }
-        self.collect_logged(&mut unneeded).await;
+        if unneeded
+            .collected_at
+            .is_none_or(|at| at.elapsed() >= self.gc_grace / 2)
+        {
+            self.collect_logged(&mut unneeded).await;
+        }
     }
 
     /// Collects garbage (see the module docs); logs what fails (the next one retries).
@@ -54,6 +63,7 @@ impl Node {
     }
 
     async fn collect_logged(&self, unneeded: &mut Unneeded) {
+        unneeded.collected_at = Some(Instant::now());
         if let Err(err) = self.collect(unneeded).await {
             log::warn!("replica: garbage collection failed: {err}");
         }
