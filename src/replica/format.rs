@@ -4,6 +4,10 @@
 //! - `{prefix}/wal/{node}/{inc}/{seq}`: a node incarnation's write-ahead stream. Each object is
 //!   a [`Window`] (what the node's volumes committed together) or a [`FENCE`] (the stream is
 //!   sealed there: another node took its volumes). Seq 0 claims the incarnation.
+//! - `{prefix}/batch/{node}/{inc}/{first}-{last}`: the windows `first..=last` of a stream once
+//!   they all landed, again, in one [`Batch`]: a node taking volumes over reads a long history
+//!   with one GET per batch instead of one per window. Written after the fact and never
+//!   required: where no batch is found, the windows are read one by one.
 //! - `{prefix}/vol/{volume}/manifest`: a volume's [`Manifest`].
 //! - `{prefix}/vol/{volume}/snapshot/{node}-{inc}-{seq}`: a copy of a volume's database file.
 //!
@@ -17,6 +21,8 @@ use crate::store::Position;
 const WINDOW: &[u8] = b"DURABILITY-WINDOW-1\n";
 /// What begins a fence.
 const FENCE: &[u8] = b"DURABILITY-FENCE-1\n";
+/// What begins a batch, with its format's version.
+const BATCH: &[u8] = b"DURABILITY-BATCH-1\n";
 
 /// The object keys of one bucket prefix.
 #[derive(Debug, Clone)]
@@ -67,6 +73,32 @@ impl Keys {
 
     pub(crate) fn window(&self, node: &str, inc: u64, seq: u64) -> String {
         format!("{}{seq:016}", self.stream(node, inc))
+    }
+
+    /// The folder of every stream's batches.
+    pub(crate) fn batches(&self) -> String {
+        format!("{}/batch/", self.prefix)
+    }
+
+    /// The folder of one incarnation's batches.
+    pub(crate) fn stream_batches(&self, node: &str, inc: u64) -> String {
+        format!("{}{node}/{inc:010}/", self.batches())
+    }
+
+    /// The batch of windows `first..=last` of stream `node`/`inc`.
+    pub(crate) fn batch(&self, node: &str, inc: u64, first: u64, last: u64) -> String {
+        format!("{}{first:016}-{last:016}", self.stream_batches(node, inc))
+    }
+
+    /// The node, incarnation, first and last seq of the batch key `key`, if it is one.
+    pub(crate) fn parse_batch<'k>(&self, key: &'k str) -> Option<(&'k str, u64, u64, u64)> {
+        let rest = key.strip_prefix(&self.batches())?;
+        let mut parts = rest.split('/');
+        let node = parts.next()?;
+        let inc = parts.next()?.parse().ok()?;
+        let (first, last) = parts.next()?.split_once('-')?;
+        let (first, last) = (first.parse().ok()?, last.parse().ok()?);
+        (parts.next().is_none() && first <= last).then_some((node, inc, first, last))
     }
 
     pub(crate) fn manifest(&self, volume: usize) -> String {
@@ -158,6 +190,53 @@ impl Window {
             .filter(move |section| section.volume == volume)
             .map(|section| &self.body[section.offset..section.offset + section.len])
     }
+}
+
+/// Consecutive windows of one stream stored again as one object (see the module docs): each
+/// window's seq, length and CRC-32C, then its bytes as stored.
+pub(crate) struct Batch;
+
+impl Batch {
+    /// Encodes `windows`, each its seq and its bytes as stored.
+    pub(crate) fn encode(windows: &[(u64, std::sync::Arc<[u8]>)]) -> Vec<u8> {
+        let mut bytes = BATCH.to_vec();
+        for (seq, window) in windows {
+            bytes.extend_from_slice(&seq.to_be_bytes());
+            bytes.extend_from_slice(&(window.len() as u64).to_be_bytes());
+            bytes.extend_from_slice(&crc32c::crc32c(window).to_be_bytes());
+            bytes.extend_from_slice(window);
+        }
+        bytes
+    }
+
+    /// The windows of a batch, each its seq and its bytes; an error says what is wrong.
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<(u64, &[u8])>, String> {
+        let mut rest = bytes
+            .strip_prefix(BATCH)
+            .ok_or("not a batch of this version")?;
+        let mut windows = Vec::new();
+        while !rest.is_empty() {
+            let (seq, after) = take_u64(rest)?;
+            let (len, after) = take_u64(after)?;
+            let (crc, after) = after.split_first_chunk::<4>().ok_or("a batch cut short")?;
+            let len = usize::try_from(len).map_err(|_| "a window too long")?;
+            if after.len() < len {
+                return Err("a batch cut short".into());
+            }
+            let (window, after) = after.split_at(len);
+            if crc32c::crc32c(window) != u32::from_be_bytes(*crc) {
+                return Err(format!("window {seq} of a batch fails its checksum"));
+            }
+            windows.push((seq, window));
+            rest = after;
+        }
+        Ok(windows)
+    }
+}
+
+fn take_u64(bytes: &[u8]) -> Result<(u64, &[u8]), String> {
+    let (number, rest) = bytes.split_first_chunk::<8>().ok_or("a batch cut short")?;
+    Ok((u64::from_be_bytes(*number), rest))
 }
 
 /// A fence written by `by`.
@@ -333,6 +412,33 @@ mod tests {
         assert!(decode(&damaged).is_err());
         assert!(matches!(decode(&fence(&at(9))), Ok(StreamObject::Fence)));
         assert!(decode(b"junk").is_err());
+    }
+
+    /// A batch reads back as its windows with their seqs, byte for byte; a flipped byte or a
+    /// cut fails; its key names the stream and the range, and nothing else parses as one.
+    #[test]
+    fn batches_read_back_and_their_keys_parse() {
+        let windows: Vec<(u64, std::sync::Arc<[u8]>)> = vec![
+            (5, Window::encode(&at(5), &[(0, 1, b"five")]).into()),
+            (6, Window::encode(&at(6), &[(2, 1, b"six")]).into()),
+        ];
+        let bytes = Batch::encode(&windows);
+        let read = Batch::decode(&bytes).unwrap();
+        assert_eq!(read.len(), 2);
+        for ((seq, window), (read_seq, read_window)) in windows.iter().zip(&read) {
+            assert_eq!((seq, &window[..]), (read_seq, *read_window));
+        }
+        let mut damaged = bytes.clone();
+        *damaged.last_mut().unwrap() ^= 1;
+        assert!(Batch::decode(&damaged).is_err());
+        assert!(Batch::decode(&bytes[..bytes.len() - 1]).is_err());
+        assert!(Batch::decode(b"junk").is_err());
+
+        let keys = Keys::new("p/");
+        let key = keys.batch("a", 2, 1, 64);
+        assert_eq!(keys.parse_batch(&key), Some(("a", 2, 1, 64)));
+        assert_eq!(keys.parse_batch(&keys.window("a", 2, 1)), None);
+        assert_eq!(keys.parse_window(&key), None);
     }
 
     /// A copy resumes where its position lies on the history, and nowhere when it does not.

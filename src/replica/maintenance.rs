@@ -1,5 +1,5 @@
 //! Keeping the bucket small: snapshots shorten a volume's history, and garbage collection
-//! deletes what no history needs any more.
+//! deletes what no history needs any more (windows, their batches, snapshots).
 //!
 //! A volume is snapshotted when the changes it landed since its last snapshot pass
 //! `replication.snapshot_bytes`, or `replication.snapshot_interval_ms` passed since with some
@@ -143,6 +143,7 @@ impl Node {
     /// after it, so a manifest that needs it is among them.
     async fn collect(&self, unneeded: &mut Unneeded) -> Result<(), ReplicaError> {
         let windows = self.objects.keys(&self.keys.streams()).await?;
+        let batches = self.objects.keys(&self.keys.batches()).await?;
         let mut snapshots = Vec::new();
         for volume in 0..self.volumes.len() {
             snapshots.extend(self.objects.keys(&self.keys.snapshots(volume)).await?);
@@ -176,6 +177,16 @@ impl Node {
                 candidates.push(key);
             }
         }
+        // A batch goes once no history needs its last window.
+        candidates.extend(batches.into_iter().filter(|key| {
+            self.keys
+                .parse_batch(key)
+                .is_some_and(|(node, inc, _, last)| {
+                    needed_from
+                        .get(&(node.to_owned(), inc))
+                        .is_none_or(|&from| last < from)
+                })
+        }));
         candidates.extend(
             snapshots
                 .into_iter()

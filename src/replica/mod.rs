@@ -30,7 +30,7 @@ use crate::config::ReplicationSettings;
 use crate::store::{
     Landed, LocalCopy, OnLanded, Position, ReplicaCounters, StoreError, Stream, Volume, lock,
 };
-use format::{Keys, Manifest, Window, is_fence};
+use format::{Batch, Keys, Manifest, Window, is_fence};
 
 /// Why the volumes cannot be taken.
 #[derive(Debug, thiserror::Error)]
@@ -503,6 +503,8 @@ struct StreamWriter {
     linger: Duration,
     max_window_bytes: usize,
     max_puts_in_flight: usize,
+    /// Landed windows not in a batch yet, consecutive, oldest first.
+    batch: std::sync::Mutex<Vec<(u64, Arc<[u8]>)>>,
 }
 
 /// What the writer does next.
@@ -518,9 +520,17 @@ enum Step {
 /// A window being stored, on a task of its own.
 struct Storing {
     seq: u64,
+    /// The window as stored, kept for its batch.
+    bytes: Arc<[u8]>,
     submissions: Vec<Submission>,
     landed: tokio::task::JoinHandle<Landed>,
 }
+
+/// Windows in one batch at most (see `format.rs`): a long replay reads one object per this
+/// many windows.
+const BATCH_WINDOWS: usize = 64;
+/// Bytes of windows in one batch at most: a batch closes at the window that passes it.
+const BATCH_BYTES: usize = 16 << 20;
 
 impl StreamWriter {
     fn new(node: Arc<Node>, settings: &ReplicationSettings, outbox: Arc<Outbox>) -> Self {
@@ -530,6 +540,7 @@ impl StreamWriter {
             linger: Duration::from_millis(settings.commit_linger_ms),
             max_window_bytes: settings.max_window_bytes,
             max_puts_in_flight: settings.max_puts_in_flight,
+            batch: std::sync::Mutex::default(),
         }
     }
 
@@ -605,11 +616,29 @@ impl StreamWriter {
                 (s.volume, epoch, &s.redo[..])
             })
             .collect();
-        let bytes = Window::encode(&at, &changes);
+        let bytes: Arc<[u8]> = Window::encode(&at, &changes).into();
         Storing {
             seq,
+            bytes: bytes.clone(),
             submissions,
             landed: tokio::spawn(store(node.clone(), at, bytes)),
+        }
+    }
+
+    /// Adds landed window `seq` to the next batch, and stores the batch once it is full.
+    fn batch(&self, seq: u64, bytes: Arc<[u8]>) {
+        let full = {
+            let mut batch = lock(&self.batch);
+            if batch.last().is_some_and(|(last, _)| last + 1 != seq) {
+                batch.clear();
+            }
+            batch.push((seq, bytes));
+            let size: usize = batch.iter().map(|(_, window)| window.len()).sum();
+            (batch.len() >= BATCH_WINDOWS || size >= BATCH_BYTES)
+                .then(|| std::mem::take(&mut *batch))
+        };
+        if let Some(windows) = full {
+            tokio::spawn(store_batch(self.node.clone(), windows));
         }
     }
 
@@ -619,6 +648,7 @@ impl StreamWriter {
         if landed.is_ok() {
             lock(&self.outbox.windows).queue.pop_front();
             self.node.landed.store(stored.seq, Ordering::SeqCst);
+            self.batch(stored.seq, stored.bytes);
         }
         let mut counted = vec![0; self.node.volumes.len()];
         for submission in stored.submissions {
@@ -683,8 +713,23 @@ impl StreamWriter {
     }
 }
 
+/// Stores `windows`, landed and consecutive, as one batch; a failure is logged and left (the
+/// windows are read one by one instead).
+async fn store_batch(node: Arc<Node>, windows: Vec<(u64, Arc<[u8]>)>) {
+    let (Some((first, _)), Some((last, _))) = (windows.first(), windows.last()) else {
+        return;
+    };
+    let key = node.keys.batch(&node.node, node.inc, *first, *last);
+    match node.objects.create(&key, &Batch::encode(&windows)).await {
+        Ok(_) => {
+            node.counters.batches.fetch_add(1, Ordering::Relaxed);
+        }
+        Err(err) => log::warn!("replica: storing the batch {key} failed: {err}"),
+    }
+}
+
 /// Stores the window `bytes` at `at`, retrying the same bytes until the bucket answers.
-async fn store(node: Arc<Node>, at: Position, bytes: Vec<u8>) -> Landed {
+async fn store(node: Arc<Node>, at: Position, bytes: Arc<[u8]>) -> Landed {
     let key = node.keys.window(&at.node, at.inc, at.seq);
     let mut pause = RETRY_PAUSES.0;
     let mut failures = 0u32;
@@ -694,7 +739,7 @@ async fn store(node: Arc<Node>, at: Position, bytes: Vec<u8>) -> Landed {
             // Stored already (an earlier attempt whose answer was lost), a fence, or nothing
             // readable yet.
             Ok(Put::ConditionFailed) => match node.objects.get(&key).await {
-                Ok(Some((found, _))) if found == bytes => break,
+                Ok(Some((found, _))) if found[..] == bytes[..] => break,
                 Ok(Some((found, _))) => {
                     let reason = if is_fence(&found) {
                         format!(

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::{
-    Keys, Manifest, Owner, Resume, Segment, Snapshot, StreamObject, Window, decode, fence,
+    Batch, Keys, Manifest, Owner, Resume, Segment, Snapshot, StreamObject, Window, decode, fence,
 };
 use super::{MAX_PUTS_IN_FLIGHT, ReplicaError};
 use crate::cold::s3::{Objects, Put};
@@ -20,8 +20,19 @@ const MAX_TAKE_ATTEMPTS: u32 = 5;
 const CACHE_BYTES: usize = 256 << 20;
 
 /// Windows read at once ahead of the one replayed: a replay waits for the bucket's latency
-/// once per batch, not once per window.
+/// once per read-ahead, not once per window.
 const READ_AHEAD: u64 = 16;
+
+/// Batches of windows (see `format.rs`) read at once, where the stream has them.
+const BATCHES_AHEAD: usize = 4;
+
+/// A batch of windows found in the bucket.
+#[derive(PartialEq, Eq, PartialOrd, Ord)]
+struct Listed {
+    first: u64,
+    last: u64,
+    key: String,
+}
 
 /// A node incarnation taking its volumes.
 pub(super) struct Taker<'a> {
@@ -37,6 +48,8 @@ pub(super) struct Taker<'a> {
     cached_bytes: usize,
     /// Windows read ahead of the replay, with their size.
     ahead: HashMap<String, (Arc<StreamObject>, usize)>,
+    /// Each stream's batches as listed once, by first seq.
+    batches: HashMap<(String, u64), Vec<Listed>>,
     /// Windows the last [`Taker::take`] replayed.
     pub replayed: u64,
 }
@@ -113,6 +126,7 @@ impl<'a> Taker<'a> {
             cache: HashMap::new(),
             cached_bytes: 0,
             ahead: HashMap::new(),
+            batches: HashMap::new(),
             replayed: 0,
         }
     }
@@ -333,7 +347,10 @@ impl<'a> Taker<'a> {
         let mut seq = start;
         while segment.end.is_none_or(|end| seq < end) {
             let key = self.keys.window(&segment.node, segment.inc, seq);
-            if !self.cache.contains_key(&key) && !self.ahead.contains_key(&key) {
+            if !self.cache.contains_key(&key)
+                && !self.ahead.contains_key(&key)
+                && !self.read_batches(&segment.node, segment.inc, seq).await?
+            {
                 let until = segment
                     .end
                     .map_or(seq + READ_AHEAD, |end| end.min(seq + READ_AHEAD));
@@ -403,6 +420,58 @@ impl<'a> Taker<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Reads the batch of stream `node`/`inc` holding window `seq`, and the batches after it,
+    /// at once, for [`Taker::fetch`]. Answers whether window `seq` was found in one; where it
+    /// was not (no batch holds it, or collection deleted it meanwhile), it is read alone.
+    async fn read_batches(&mut self, node: &str, inc: u64, seq: u64) -> Result<bool, ReplicaError> {
+        let stream = (node.to_owned(), inc);
+        if !self.batches.contains_key(&stream) {
+            let keys = self
+                .objects
+                .keys(&self.keys.stream_batches(node, inc))
+                .await?;
+            let mut listed: Vec<Listed> = keys
+                .into_iter()
+                .filter_map(|key| {
+                    let (_, _, first, last) = self.keys.parse_batch(&key)?;
+                    Some(Listed { first, last, key })
+                })
+                .collect();
+            listed.sort();
+            self.batches.insert(stream.clone(), listed);
+        }
+        let listed = &self.batches[&stream];
+        let Some(at) = listed
+            .iter()
+            .position(|batch| (batch.first..=batch.last).contains(&seq))
+        else {
+            return Ok(false);
+        };
+        let wanted: Vec<String> = listed[at..]
+            .iter()
+            .take(BATCHES_AHEAD)
+            .map(|batch| batch.key.clone())
+            .collect();
+        let objects = self.objects;
+        let read = futures_util::future::join_all(wanted.iter().map(|key| objects.get(key))).await;
+        for (key, found) in wanted.iter().zip(read) {
+            let Some((bytes, _)) = found? else { continue };
+            let windows = Batch::decode(&bytes)
+                .map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?;
+            for (window_seq, window) in windows {
+                let window_key = self.keys.window(node, inc, window_seq);
+                if self.cache.contains_key(&window_key) {
+                    continue;
+                }
+                let object =
+                    decode(window).map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?;
+                self.ahead
+                    .insert(window_key, (Arc::new(object), window.len()));
+            }
+        }
+        Ok(self.ahead.contains_key(&self.keys.window(node, inc, seq)))
     }
 
     /// The stream object at `key`, read once while the volumes are taken.

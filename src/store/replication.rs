@@ -74,6 +74,7 @@ pub struct ReplicaCounters {
     pub(crate) window_bytes: AtomicU64,
     pub(crate) put_failures: AtomicU64,
     pub(crate) snapshots: AtomicU64,
+    pub(crate) batches: AtomicU64,
     pub(crate) deleted: AtomicU64,
     pub(crate) fenced: AtomicBool,
 }
@@ -97,6 +98,11 @@ impl ReplicaCounters {
     /// Volume snapshots stored.
     pub fn snapshots(&self) -> u64 {
         self.snapshots.load(Ordering::Relaxed)
+    }
+
+    /// Batches of landed windows stored (see `replica/format.rs`).
+    pub fn batches(&self) -> u64 {
+        self.batches.load(Ordering::Relaxed)
     }
 
     /// Objects deleted by garbage collection.

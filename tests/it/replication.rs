@@ -1286,6 +1286,8 @@ struct ProxyState {
     drop_percent: AtomicU64,
     /// Window PUTs seen, and answers lost.
     wal_puts: AtomicU64,
+    /// Window GETs seen.
+    wal_gets: AtomicU64,
     dropped: AtomicU64,
     /// Connections cut by the proxy going down.
     cut: AtomicU64,
@@ -1444,6 +1446,9 @@ fn forward_requests(
         }
         let mut words = head.split_whitespace();
         let (method, target) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+        if method == "get" && target.contains("/wal/") {
+            state.wal_gets.fetch_add(1, Ordering::Relaxed);
+        }
         if method == "put" && target.contains("/wal/") {
             if holds(state, &buffer[head_end..total]) {
                 state
@@ -1548,4 +1553,39 @@ fn a_take_that_replays_a_long_history_snapshots_the_volume() {
         thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(read_all(node.addr, 0).len(), 80);
+}
+
+/// The windows of a long history are stored again in batches once landed, and a node taking
+/// the volume reads them a batch at a time: far fewer GETs than windows (one per window
+/// before), and every record back at its offset.
+#[test]
+fn a_take_reads_a_long_history_through_its_batches() {
+    const WINDOWS: usize = 200;
+    let s3 = block_on(fresh_s3_bucket());
+    let first = temp_dir();
+    let mut node = start_node(first.path(), &s3, &s3.endpoint, "batched", &[]);
+    // One window per append.
+    for n in 0..WINDOWS {
+        append_once(node.addr, 0, &format!("batched-{n}")).expect("an append");
+    }
+    let bucket = bucket_of(&s3);
+    let batches = format!("{PREFIX}/batch/batched/");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while block_on(stream_keys(&bucket, &batches)).len() < WINDOWS / 64 {
+        assert!(Instant::now() < deadline, "no batches were stored");
+        thread::sleep(Duration::from_millis(100));
+    }
+    node.kill();
+    let proxy = Proxy::start(&s3.endpoint);
+    let second = temp_dir();
+    let node = start_node(second.path(), &s3, &proxy.url(), "batched", &[]);
+    let expected: Vec<(u64, String)> = (0..WINDOWS)
+        .map(|n| (n as u64, format!("batched-{n}")))
+        .collect();
+    assert_eq!(keyed_offsets(&read_all(node.addr, 0)), expected);
+    let gets = proxy.state.wal_gets.load(Ordering::Relaxed);
+    assert!(
+        gets < WINDOWS as u64 / 2,
+        "{gets} window GETs to take a history of {WINDOWS} windows"
+    );
 }

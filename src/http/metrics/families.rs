@@ -36,6 +36,7 @@
 //! | `durability_replica_windows_total`, `durability_replica_window_bytes_total` | counter (windows stored in the bucket; see the README's Replication) | |
 //! | `durability_replica_put_failures_total` | counter (attempts to store a window that failed and were retried) | |
 //! | `durability_replica_snapshots_total`, `durability_replica_deleted_objects_total` | counter (volume snapshots stored; objects garbage collection deleted) | |
+//! | `durability_replica_batches_total` | counter (batches of landed windows stored, read by a node taking volumes over) | |
 //! | `durability_replica_fenced` | gauge (1 once another node took this node's volumes: writes are refused) | |
 //! | `durability_cluster_members`, `durability_cluster_held_volumes` | gauge (in a cluster only: live nodes; volumes this node serves) | |
 //! | `durability_cluster_takeovers_total`, `durability_cluster_takeover_milliseconds_total` | counter (volumes taken, and how long from finding each unowned to serving it) | |
@@ -86,6 +87,7 @@ struct Inner {
     replica_window_bytes: IntCounter,
     replica_put_failures: IntCounter,
     replica_snapshots: IntCounter,
+    replica_batches: IntCounter,
     replica_deleted: IntCounter,
     replica_fenced: IntGauge,
     damaged_volumes: IntGaugeVec,
@@ -297,6 +299,10 @@ impl Metrics {
                 "durability_replica_snapshots_total",
                 "Volume snapshots stored in the replica's bucket.",
             ),
+            replica_batches: counter(
+                "durability_replica_batches_total",
+                "Batches of landed windows stored in the replica's bucket.",
+            ),
             replica_deleted: counter(
                 "durability_replica_deleted_objects_total",
                 "Replica objects deleted by garbage collection.",
@@ -410,6 +416,7 @@ impl Metrics {
         catch_up(&self.inner.replica_window_bytes, replica.window_bytes());
         catch_up(&self.inner.replica_put_failures, replica.put_failures());
         catch_up(&self.inner.replica_snapshots, replica.snapshots());
+        catch_up(&self.inner.replica_batches, replica.batches());
         catch_up(&self.inner.replica_deleted, replica.deleted());
         self.inner.replica_fenced.set(i64::from(replica.fenced()));
         if let Some((families, cluster)) = &self.inner.cluster {
