@@ -350,6 +350,7 @@ impl Node {
     /// so that whoever takes them next starts from here.
     async fn take(&self, volumes: &[usize], first: u64) -> Result<Vec<usize>, ReplicaError> {
         let mut taker = take::Taker::new(&self.objects, &self.keys, &self.node, self.inc, first);
+        taker.read_manifests(volumes).await?;
         let mut long = Vec::new();
         for &volume in volumes {
             let (manifest, etag) = taker.take(&self.data_dir, volume).await?;
@@ -487,8 +488,10 @@ impl Stream for Replicator {
 pub const MAX_PUTS_IN_FLIGHT: usize = 16;
 
 /// Windows a take replays beyond which the volume is snapshotted at once: a failover's time
-/// follows the history its taker replays.
-const LONG_REPLAY: u64 = 64;
+/// follows the history its taker replays. A long history is read a batch at a time (16 GETs
+/// for this many windows), so a shorter one is not worth the snapshots' PUTs, which compete
+/// with the other takers of the same failover.
+const LONG_REPLAY: u64 = 1024;
 
 /// Longest wait for one answer of the bucket: a window's PUT is retried after it.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);

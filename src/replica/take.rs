@@ -48,6 +48,8 @@ pub(super) struct Taker<'a> {
     cached_bytes: usize,
     /// Windows read ahead of the replay, with their size.
     ahead: HashMap<String, (Arc<StreamObject>, usize)>,
+    /// Manifests read at once for the volumes to take, each used by its first attempt.
+    manifests: HashMap<usize, Option<(Vec<u8>, String)>>,
     /// Each stream's batches as listed once, by first seq.
     batches: HashMap<(String, u64), Vec<Listed>>,
     /// Windows the last [`Taker::take`] replayed.
@@ -126,6 +128,7 @@ impl<'a> Taker<'a> {
             cache: HashMap::new(),
             cached_bytes: 0,
             ahead: HashMap::new(),
+            manifests: HashMap::new(),
             batches: HashMap::new(),
             replayed: 0,
         }
@@ -136,6 +139,22 @@ impl<'a> Taker<'a> {
             node: self.node.to_owned(),
             inc: self.inc,
         }
+    }
+
+    /// Reads the manifests of `volumes` at once, for their takes: a failover waits for the
+    /// bucket's latency once instead of once per volume. A manifest replaced meanwhile makes
+    /// its take read it again (its replacement is conditional).
+    pub(super) async fn read_manifests(&mut self, volumes: &[usize]) -> Result<(), ReplicaError> {
+        let objects = self.objects;
+        let keys: Vec<String> = volumes
+            .iter()
+            .map(|&volume| self.keys.manifest(volume))
+            .collect();
+        let read = futures_util::future::join_all(keys.iter().map(|key| objects.get(key))).await;
+        for (&volume, found) in volumes.iter().zip(read) {
+            self.manifests.insert(volume, found?);
+        }
+        Ok(())
     }
 
     /// Makes the copy of volume `volume` in `data_dir` hold its whole history and this
@@ -169,7 +188,11 @@ impl<'a> Taker<'a> {
         let path = data_dir.join(Volume::file_name(volume));
         let mut local = LocalCopy::open(&path)?;
         let manifest_key = self.keys.manifest(volume);
-        let Some((bytes, etag)) = self.objects.get(&manifest_key).await? else {
+        let found = match self.manifests.remove(&volume) {
+            Some(found) => found,
+            None => self.objects.get(&manifest_key).await?,
+        };
+        let Some((bytes, etag)) = found else {
             return self.first_use(volume, &path, local).await;
         };
         let manifest = Manifest::decode(&bytes).map_err(ReplicaError::Refused)?;

@@ -1530,11 +1530,13 @@ fn forward_answers(
 /// (after a failure, say) starts from there instead of replaying the same windows again.
 #[test]
 fn a_take_that_replays_a_long_history_snapshots_the_volume() {
+    const LONG: usize = 1_100;
     let s3 = block_on(fresh_s3_bucket());
     let first = temp_dir();
     let mut node = start_node(first.path(), &s3, &s3.endpoint, "long", &[]);
-    // One window per append: a history of 80 windows, far below snapshot_bytes.
-    for n in 0..80 {
+    // One window per append: a history of 1,100 windows (more than a take replays without
+    // snapshotting after), far below snapshot_bytes.
+    for n in 0..LONG {
         append_once(node.addr, 0, &format!("long-{n}")).expect("an append");
     }
     node.kill();
@@ -1552,7 +1554,7 @@ fn a_take_that_replays_a_long_history_snapshots_the_volume() {
         assert!(Instant::now() < deadline, "the volume was not snapshotted");
         thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(read_all(node.addr, 0).len(), 80);
+    assert_eq!(read_all(node.addr, 0).len(), LONG);
 }
 
 /// The windows of a long history are stored again in batches once landed, and a node taking
