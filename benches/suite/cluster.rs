@@ -1,7 +1,8 @@
 //! A cluster on this machine, through the server binary: one etcd member, the S3 test server,
 //! and 1, 2 or 3 nodes replicating to it, all sharing this machine's cores. Aggregate appends
 //! per second by node count, a forwarded request against a direct one, failover times over
-//! repeated kills, etcd writes per failover and per join, and window PUTs per second per node.
+//! repeated kills, etcd writes per failover and per join, window PUTs per second per node, and
+//! failovers of a cluster of the default 256 volumes after a spell of load.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -12,6 +13,10 @@ use crate::external::{self, Running, exchange, free_port};
 
 /// Volumes of the benchmark's clusters (each node opens the volumes it holds).
 const VOLUMES: usize = 16;
+/// Volumes of the clusters failed under load: the default.
+const DEFAULT_VOLUMES: usize = 256;
+/// Seconds of load spread over 2,048 partitions before a loaded failover.
+const LOAD_BEFORE_KILL: Duration = Duration::from_secs(20);
 /// The nodes' etcd lease (the default).
 const LEASE_TTL_MS: u64 = 5000;
 /// Connections of the load, over all nodes.
@@ -45,6 +50,10 @@ pub struct Cluster {
     /// etcd revisions (writes) per failover and per join, medians.
     pub etcd_writes_per_failover: f64,
     pub etcd_writes_per_join: f64,
+    /// Failovers of a fresh cluster of [`DEFAULT_VOLUMES`] after [`LOAD_BEFORE_KILL`] of load:
+    /// seconds from the kill to the next acknowledged append on a moved volume, and the
+    /// windows in the killed node's stream.
+    pub loaded_failovers: Vec<(f64, f64)>,
 }
 
 /// One etcd member on free ports in `dir`.
@@ -107,6 +116,7 @@ impl Node {
         cluster: &str,
         etcd: SocketAddr,
         s3: SocketAddr,
+        volumes: usize,
     ) -> Self {
         let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
         let command = [
@@ -135,7 +145,7 @@ impl Node {
                 format!("http://{address}"),
             ),
             ("DURABILITY__CLUSTER__NAME", cluster.into()),
-            ("DURABILITY__CLUSTER__VOLUMES", VOLUMES.to_string()),
+            ("DURABILITY__CLUSTER__VOLUMES", volumes.to_string()),
             (
                 "DURABILITY__CLUSTER__LEASE_TTL_MS",
                 LEASE_TTL_MS.to_string(),
@@ -187,9 +197,9 @@ fn view(node: SocketAddr) -> serde_json::Value {
         .unwrap_or_default()
 }
 
-/// Waits until `node` sees `members` members with every volume where rendezvous hashing puts
-/// it; answers each volume's owner.
-fn settled(node: SocketAddr, members: usize) -> Vec<String> {
+/// Waits until `node` sees `members` members with every one of `volumes` volumes where
+/// rendezvous hashing puts it; answers each volume's owner.
+fn settled(node: SocketAddr, members: usize, volumes: usize) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let view = view(node);
@@ -197,13 +207,13 @@ fn settled(node: SocketAddr, members: usize) -> Vec<String> {
             .as_object()
             .map(|members| members.keys().cloned().collect())
             .unwrap_or_default();
-        let mut owners = vec![String::new(); VOLUMES];
+        let mut owners = vec![String::new(); volumes];
         for (name, member) in view["members"].as_object().into_iter().flatten() {
             for volume in member["volumes"].as_array().into_iter().flatten() {
                 owners[volume.as_u64().unwrap() as usize] = name.clone();
             }
         }
-        let balanced = (0..VOLUMES).all(|volume| {
+        let balanced = (0..volumes).all(|volume| {
             durability::cluster::placement::owner_of(volume, names.iter().map(String::as_str))
                 == Some(owners[volume].as_str())
         });
@@ -224,7 +234,7 @@ fn partition_of(owners: &[String], owner: &str, not: &[u32]) -> u32 {
         .filter(|partition| !not.contains(partition))
         .find(|&partition| {
             let id = durability::names::PartitionId::new("bench", partition).unwrap();
-            owners[durability::cluster::placement::volume_of(&id, VOLUMES)] == owner
+            owners[durability::cluster::placement::volume_of(&id, owners.len())] == owner
         })
         .expect("a partition on every node")
 }
@@ -263,7 +273,14 @@ fn append(node: SocketAddr, partition: u32, payload: &str) -> bool {
 }
 
 /// Runs the section (see the module docs) with `kills` failovers.
-pub fn run(binary: &Path, dir: &Path, payload: &str, budget: Duration, kills: usize) -> Cluster {
+pub fn run(
+    binary: &Path,
+    dir: &Path,
+    payload: &str,
+    budget: Duration,
+    kills: usize,
+    loaded_rounds: usize,
+) -> Cluster {
     std::fs::create_dir_all(dir).unwrap();
     let (_s3, s3) = crate::replication::s3_server(&dir.join("s3"));
     let (_etcd, etcd_address) = etcd(dir);
@@ -286,13 +303,14 @@ pub fn run(binary: &Path, dir: &Path, payload: &str, budget: Duration, kills: us
                 &cluster,
                 etcd_address,
                 s3,
+                VOLUMES,
             ));
-            settled(nodes[0].address, nodes.len());
+            settled(nodes[0].address, nodes.len(), VOLUMES);
             if nodes.len() > 1 {
                 per_join.push((etcd_revision(etcd_address) - before) as f64);
             }
         }
-        let owners = settled(nodes[0].address, count);
+        let owners = settled(nodes[0].address, count, VOLUMES);
         // Each node's share of the connections appends to a partition it holds.
         let windows_before: Vec<f64> = nodes.iter().map(|node| windows(node.address)).collect();
         let cpu_before: Vec<external::Cpu> = nodes.iter().map(|n| external::cpu(n.pid())).collect();
@@ -345,13 +363,92 @@ pub fn run(binary: &Path, dir: &Path, payload: &str, budget: Duration, kills: us
             }
         }
     }
+    let loaded_failovers = (0..loaded_rounds)
+        .map(|round| loaded_failover(binary, dir, round, etcd_address, s3, payload))
+        .collect();
     Cluster {
         scale,
         forwarding,
         failovers,
         etcd_writes_per_failover: crate::report::median(per_failover),
         etcd_writes_per_join: crate::report::median(per_join),
+        loaded_failovers,
     }
+}
+
+/// A fresh cluster of three nodes and [`DEFAULT_VOLUMES`] volumes takes single-record appends
+/// spread over 2,048 partitions through every node for [`LOAD_BEFORE_KILL`]; then the node
+/// holding the most volumes is killed, and the next acknowledged append on one of its volumes
+/// through another node is timed. Answers the seconds and the windows of the killed node's
+/// stream (what its volumes' takers replay).
+fn loaded_failover(
+    binary: &Path,
+    dir: &Path,
+    round: usize,
+    etcd: SocketAddr,
+    s3: SocketAddr,
+    payload: &str,
+) -> (f64, f64) {
+    let cluster = format!("loaded-{round}");
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|name| {
+            Node::start(
+                binary,
+                &dir.join(&cluster),
+                name,
+                &cluster,
+                etcd,
+                s3,
+                DEFAULT_VOLUMES,
+            )
+        })
+        .collect();
+    let owners = settled(nodes[0].address, nodes.len(), DEFAULT_VOLUMES);
+    let body = dir.join("loaded.json");
+    std::fs::write(&body, format!("[{{\"payload\":{payload}}}]")).unwrap();
+    let script = dir.join("loaded.lua");
+    std::fs::write(
+        &script,
+        format!(
+            "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nlocal f = io.open(\"{}\")\nlocal body = f:read(\"*a\")\nf:close()\nrequest = function()\n  return wrk.format(nil, \"/topics/bench/partitions/\" .. math.random(0, 2047) .. \"/records\", nil, body)\nend\n",
+            body.display()
+        ),
+    )
+    .unwrap();
+    let loads: Vec<_> = nodes
+        .iter()
+        .map(|node| {
+            let (url, script) = (format!("http://{}", node.address), script.clone());
+            std::thread::spawn(move || {
+                external::wrk(&url, CONNECTIONS / 6, &script, LOAD_BEFORE_KILL)
+            })
+        })
+        .collect();
+    for load in loads {
+        load.join().unwrap();
+    }
+    let victim = nodes
+        .iter()
+        .max_by_key(|node| owners.iter().filter(|owner| **owner == node.name).count())
+        .map(|node| node.name.clone())
+        .unwrap();
+    let partition = partition_of(&owners, &victim, &[]);
+    let at = nodes.iter().position(|node| node.name == victim).unwrap();
+    let survivor = nodes[(at + 1) % nodes.len()].address;
+    let stream = windows(nodes[at].address);
+    nodes[at].kill();
+    let killed = Instant::now();
+    while !append(survivor, partition, payload) {
+        assert!(killed.elapsed() < Duration::from_secs(120), "no failover");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let took = killed.elapsed().as_secs_f64();
+    eprintln!(
+        "  loaded failover {}: {took:.2} s, {stream:.0} windows",
+        round + 1
+    );
+    (took, stream)
 }
 
 /// Direct and forwarded single-record appends from 16 connections to node a.
@@ -387,7 +484,7 @@ fn forwarded(nodes: &[Node], owners: &[String], script: &Path, budget: Duration)
 /// its volumes through another node; then starts it again and waits for the balance. Answers
 /// the seconds, and etcd's writes from the kill to the volumes' takeover.
 fn failover(binary: &Path, nodes: &mut [Node], etcd: SocketAddr, payload: &str) -> (f64, u64) {
-    let owners = settled(nodes[0].address, nodes.len());
+    let owners = settled(nodes[0].address, nodes.len(), VOLUMES);
     let victim = nodes
         .iter()
         .max_by_key(|node| owners.iter().filter(|owner| **owner == node.name).count())
@@ -410,7 +507,7 @@ fn failover(binary: &Path, nodes: &mut [Node], etcd: SocketAddr, payload: &str) 
     let took = killed.elapsed().as_secs_f64();
     let writes = etcd_revision(etcd) - before;
     nodes[at].restart(binary);
-    settled(nodes[0].address, nodes.len());
+    settled(nodes[0].address, nodes.len(), VOLUMES);
     (took, writes)
 }
 
