@@ -130,6 +130,9 @@ struct Shared {
     leaving: AtomicBool,
     /// Told of every change under the cluster's keys (a watch).
     changed: tokio::sync::Notify,
+    /// Bumped whenever the view is read again: forwarded requests waiting on an owner look
+    /// whether it still is one.
+    view_read: tokio::sync::watch::Sender<u64>,
     runtime: tokio::runtime::Handle,
     counters: ClusterCounters,
 }
@@ -197,6 +200,7 @@ impl Cluster {
                 lease: OnceLock::new(),
                 leaving: AtomicBool::new(false),
                 changed: tokio::sync::Notify::new(),
+                view_read: tokio::sync::watch::Sender::new(0),
                 runtime,
                 counters: ClusterCounters::default(),
             }),
@@ -275,6 +279,17 @@ impl Cluster {
                 .filter(|member| member.inc == owner.inc)
                 .map_or(Route::Unowned, |member| Route::Remote(member.url.clone())),
             _ => Route::Unowned,
+        }
+    }
+
+    /// Resolves once volume `volume` is no longer served from `url` as this node sees it (its
+    /// owner's lease expired, say): a forwarded request need not wait for a node cut off.
+    pub(crate) async fn until_moved_from(&self, volume: usize, url: &str) {
+        let mut reads = self.shared.view_read.subscribe();
+        while matches!(self.route(volume), Route::Remote(now) if now == url) {
+            if reads.changed().await.is_err() {
+                return std::future::pending().await;
+            }
         }
     }
 
@@ -568,6 +583,8 @@ impl Shared {
             .ownership_changes
             .fetch_add(changes as u64, Ordering::Relaxed);
         *current = view;
+        drop(current);
+        self.view_read.send_modify(|reads| *reads += 1);
         Ok(())
     }
 

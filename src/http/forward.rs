@@ -3,8 +3,12 @@
 //!
 //! A forwarded request carries [`FORWARDED`], so the node it reaches serves it or answers
 //! `421 not_owner` (it does not own the volume any more), never forwards it again. The
-//! forwarder then reads the owners again and retries once; a volume with no owner (its node
-//! failed, and another is taking it) is answered `503 unavailable` with `Retry-After`.
+//! forwarder then reads the owners again and retries once, as it does when the owner could not
+//! be connected to; a volume with no owner (its node failed, and another is taking it) is
+//! answered `503 unavailable` with `Retry-After`. A request that reached the owner but has no
+//! answer yet when the owner loses the volume (its node is cut off, and its lease expired) is
+//! answered `503` at once: it may have been applied, so the client, not the forwarder, sends it
+//! again (with its deduplication key).
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -32,6 +36,10 @@ const RETRY_AFTER_SECS: u32 = 1;
 /// Longest wait for a forwarded request's answer beyond its own long-poll wait.
 const FORWARD_MARGIN: Duration = Duration::from_secs(10);
 
+/// Longest wait for a connection to another node: on one network, a node that does not
+/// answer by then is away.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// The connections to the other nodes, shared by every worker (reused across requests).
 #[derive(Clone)]
 pub(crate) struct Forwarder {
@@ -44,6 +52,7 @@ impl Forwarder {
     pub(crate) fn new(max_wait: Duration) -> Self {
         let client = reqwest::Client::builder()
             .timeout(max_wait + FORWARD_MARGIN)
+            .connect_timeout(CONNECT_TIMEOUT)
             .pool_max_idle_per_host(64)
             .build()
             .expect("a plain HTTP client builds");
@@ -189,10 +198,25 @@ pub(crate) async fn forward(
             Route::Local | Route::Unowned => continue,
         };
         counters.forwards.fetch_add(1, Ordering::Relaxed);
-        match send(forwarder, &url, outgoing).await {
-            Ok(Some(answer)) => return answer,
-            Ok(None) => {}
-            Err(err) => log::debug!("cluster: forwarding to {url} failed: {err}"),
+        let sent = tokio::select! {
+            sent = send(forwarder, &url, outgoing) => Some(sent),
+            () = cluster.until_moved_from(volume, &url) => None,
+        };
+        match sent {
+            Some(Ok(Some(answer))) => return answer,
+            // Not applied there: the next attempt goes where the volume is now.
+            Some(Ok(None)) => {}
+            Some(Err(err)) if err.is_connect() => {
+                log::debug!("cluster: cannot connect to {url}: {err}");
+            }
+            Some(Err(err)) => {
+                log::debug!("cluster: forwarding to {url} failed: {err}");
+                break;
+            }
+            None => {
+                log::debug!("cluster: volume {volume} moved from {url} while a request waited");
+                break;
+            }
         }
     }
     counters.forward_failures.fetch_add(1, Ordering::Relaxed);
