@@ -57,6 +57,11 @@ impl Etcd {
     }
 
     fn start_members(count: usize) -> Self {
+        Self::start_listening(count, None)
+    }
+
+    /// `count` members, listening for clients on `also` too when given.
+    fn start_listening(count: usize, also: Option<&str>) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let ports: Vec<(u16, u16)> = (0..count).map(|_| (free_port(), free_port())).collect();
         let initial: Vec<String> = ports
@@ -70,10 +75,14 @@ impl Etcd {
             .map(|(n, (client, peer))| {
                 let client_url = format!("http://127.0.0.1:{client}");
                 let peer_url = format!("http://127.0.0.1:{peer}");
+                let listen = match also {
+                    Some(host) => format!("{client_url},http://{host}:{client}"),
+                    None => client_url.clone(),
+                };
                 Command::new("etcd")
                     .args(["--name", &format!("m{n}"), "--data-dir"])
                     .arg(dir.path().join(format!("m{n}")))
-                    .args(["--listen-client-urls", &client_url])
+                    .args(["--listen-client-urls", &listen])
                     .args(["--advertise-client-urls", &client_url])
                     .args(["--listen-peer-urls", &peer_url])
                     .args(["--initial-advertise-peer-urls", &peer_url])
@@ -110,6 +119,16 @@ impl Etcd {
         etcd
     }
 
+    /// The client URLs on address `host`, which the members listen on too (see
+    /// [`Etcd::start_listening`]).
+    fn endpoint_on(&self, host: &str) -> String {
+        self.clients
+            .iter()
+            .map(|addr| format!("http://{host}:{}", addr.port()))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// The member that leads now.
     fn leader(&self) -> usize {
         for (n, &addr) in self.clients.iter().enumerate() {
@@ -138,10 +157,13 @@ impl Drop for Etcd {
     }
 }
 
-/// A node of the cluster: its name, port and data folder survive its process.
+/// A node of the cluster: its name, address and data folder survive its process.
 struct Node {
     name: String,
+    host: String,
     port: u16,
+    /// The network namespace it runs in, if not this one.
+    namespace: Option<String>,
     dir: TempDir,
     env: Vec<(String, String)>,
     server: Option<Server>,
@@ -160,17 +182,37 @@ impl Node {
         endpoint: &str,
         ttl_ms: u64,
     ) -> Self {
+        Self::start_on(
+            name,
+            &etcd.endpoint,
+            s3,
+            endpoint,
+            ttl_ms,
+            ("127.0.0.1", None),
+        )
+    }
+
+    /// A node reaching etcd at `etcd` and the bucket at `endpoint`, serving on address `host`
+    /// of network namespace `namespace` (this one: `None`).
+    fn start_on(
+        name: &str,
+        etcd: &str,
+        s3: &durability::cold::S3Settings,
+        endpoint: &str,
+        ttl_ms: u64,
+        (host, namespace): (&str, Option<&str>),
+    ) -> Self {
         let port = free_port();
         let mut env: Vec<(String, String)> = replication_env(s3, endpoint, name)
             .iter()
             .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
             .collect();
         for (key, value) in [
-            ("DURABILITY__SERVER__BIND", format!("127.0.0.1:{port}")),
-            ("DURABILITY__CLUSTER__ETCD_ENDPOINTS", etcd.endpoint.clone()),
+            ("DURABILITY__SERVER__BIND", format!("{host}:{port}")),
+            ("DURABILITY__CLUSTER__ETCD_ENDPOINTS", etcd.to_owned()),
             (
                 "DURABILITY__CLUSTER__ADVERTISE_URL",
-                format!("http://127.0.0.1:{port}"),
+                format!("http://{host}:{port}"),
             ),
             ("DURABILITY__CLUSTER__LEASE_TTL_MS", ttl_ms.to_string()),
             ("DURABILITY__CLUSTER__VOLUMES", VOLUMES.to_owned()),
@@ -181,7 +223,9 @@ impl Node {
         }
         let mut node = Self {
             name: name.to_owned(),
+            host: host.to_owned(),
             port,
+            namespace: namespace.map(str::to_owned),
             dir: tempfile::tempdir().expect("temp dir"),
             env,
             server: None,
@@ -192,11 +236,15 @@ impl Node {
 
     /// Starts the node's process again, over the same folder and port.
     fn restart(&mut self) {
-        self.server = Some(Server::start(self.dir.path(), self.env.clone()));
+        self.server = Some(Server::start_in(
+            self.namespace.as_deref(),
+            self.dir.path(),
+            self.env.clone(),
+        ));
     }
 
     fn addr(&self) -> SocketAddr {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
             .parse()
             .expect("an address")
     }
@@ -1068,6 +1116,178 @@ fn a_wiped_node_comes_back_from_the_bucket() {
             .is_none_or(Vec::is_empty),
         "the wiped node holds volumes again: {view}"
     );
+    acknowledged.write_many(&mut rng, &all, 16, "after");
+    for node in all {
+        acknowledged.check(node);
+    }
+}
+
+/// This side of [`Namespace`]'s link.
+const HOST_SIDE: &str = "10.231.0.1";
+/// The namespace's side.
+const NAMESPACE_SIDE: &str = "10.231.0.2";
+
+/// A network namespace joined to this one by a veth pair ([`HOST_SIDE`] here,
+/// [`NAMESPACE_SIDE`] there), made with `ip netns` (root only); deleted when dropped. Taking
+/// this side's link down cuts whatever runs there off from everything: etcd, the bucket, the
+/// other nodes and the clients. Packets for it are then dropped (a blackhole route), as in a
+/// real partition, rather than sent to the default gateway.
+struct Namespace {
+    name: &'static str,
+}
+
+/// Runs `ip` with `args`: whether it succeeded.
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+impl Namespace {
+    const LINK: &'static str = "dur-cut-host";
+    const PEER: &'static str = "dur-cut-ns";
+    const SUBNET: &'static str = "10.231.0.0/24";
+
+    /// The namespace, or `None` where it cannot be made (not root, or no `ip`).
+    fn create() -> Option<Self> {
+        let namespace = Self {
+            name: "durability-cut",
+        };
+        namespace.remove();
+        let (name, link, peer) = (namespace.name, Self::LINK, Self::PEER);
+        let host_address = format!("{HOST_SIDE}/24");
+        let namespace_address = format!("{NAMESPACE_SIDE}/24");
+        let made = ip(&["netns", "add", name])
+            && ip(&["link", "add", link, "type", "veth", "peer", "name", peer])
+            && ip(&["link", "set", peer, "netns", name])
+            && ip(&["addr", "add", &host_address, "dev", link])
+            && ip(&["link", "set", link, "up"])
+            && ip(&["route", "add", "blackhole", Self::SUBNET, "metric", "100"])
+            && ip(&["netns", "exec", name, "ip", "link", "set", "lo", "up"])
+            && ip(&[
+                "netns",
+                "exec",
+                name,
+                "ip",
+                "addr",
+                "add",
+                &namespace_address,
+                "dev",
+                peer,
+            ])
+            && ip(&["netns", "exec", name, "ip", "link", "set", peer, "up"]);
+        made.then_some(namespace)
+    }
+
+    fn cut(&self) {
+        assert!(ip(&["link", "set", Self::LINK, "down"]), "cut the link");
+    }
+
+    fn heal(&self) {
+        assert!(ip(&["link", "set", Self::LINK, "up"]), "restore the link");
+    }
+
+    fn remove(&self) {
+        ip(&["netns", "del", self.name]);
+        ip(&["link", "del", Self::LINK]);
+        ip(&["route", "del", "blackhole", Self::SUBNET, "metric", "100"]);
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        self.remove();
+    }
+}
+
+/// A node cut off from everything (etcd, the bucket, the other nodes, the clients) by taking
+/// the link of its network namespace down, for longer than its lease: the others take its
+/// volumes, it stops by itself (it cannot renew its lease), and once the link is back it
+/// rejoins as a new incarnation; nothing acknowledged is lost or doubled. Needs root (`ip
+/// netns`); without it the test says so and checks nothing.
+#[test]
+fn a_node_cut_off_from_everything_loses_its_volumes_and_rejoins() {
+    let Some(namespace) = Namespace::create() else {
+        eprintln!(
+            "not run: cutting a node off takes root and `ip netns` (iproute2); the bucket-only \
+             cut is covered by nodes_cut_off_from_the_bucket_give_their_volumes_up"
+        );
+        return;
+    };
+    let _alone = one_cluster_at_a_time();
+    let etcd = Etcd::start_listening(1, Some(HOST_SIDE));
+    let s3 = block_on(fresh_s3_bucket());
+    // The bucket, as the namespace reaches it.
+    let bucket = crate::replication::Proxy::start_on(HOST_SIDE, &s3.endpoint);
+    let mut nodes = [
+        Node::start_on(
+            "a",
+            &etcd.endpoint,
+            &s3,
+            &s3.endpoint,
+            LEASE_TTL_MS,
+            (HOST_SIDE, None),
+        ),
+        Node::start_on(
+            "b",
+            &etcd.endpoint,
+            &s3,
+            &s3.endpoint,
+            LEASE_TTL_MS,
+            (HOST_SIDE, None),
+        ),
+        Node::start_on(
+            "c",
+            &etcd.endpoint_on(HOST_SIDE),
+            &s3,
+            &bucket.url(),
+            LEASE_TTL_MS,
+            (NAMESPACE_SIDE, Some(namespace.name)),
+        ),
+    ];
+    let all: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
+    let view = wait_for_balance(all[0], 3);
+    let mut rng = Rng::new(crate::common::process::seed("CLUSTER_SEED"));
+    let mut acknowledged = Acknowledged::default();
+    // Through every node, c included: requests cross the link both ways.
+    acknowledged.write_many(&mut rng, &all, 32, "before");
+
+    namespace.cut();
+    let cut = Instant::now();
+    let survivors = &all[..2];
+    let owned = owners(&view);
+    for partition in (0..PARTITIONS).filter(|&p| owned[&volume_of(p)] == "c") {
+        acknowledged.write(
+            &mut rng,
+            survivors,
+            partition,
+            &format!("moved-{partition}"),
+        );
+    }
+    let moved = cut.elapsed();
+    eprintln!("c's partitions written through the others {moved:?} after the cut");
+    assert!(
+        moved <= Duration::from_millis(LEASE_TTL_MS) + Duration::from_secs(5),
+        "{moved:?} from the cut to an acknowledged write on each of c's volumes"
+    );
+    let exited = nodes[2]
+        .server
+        .as_mut()
+        .expect("running")
+        .wait_for_exit(Duration::from_secs(20));
+    assert_eq!(
+        exited.and_then(|status| status.code()),
+        Some(durability::cluster::EXIT_LEASE_LOST),
+        "the node cut off stops by itself"
+    );
+
+    namespace.heal();
+    nodes[2].server = None;
+    nodes[2].restart();
+    wait_for_balance(all[0], 3);
     acknowledged.write_many(&mut rng, &all, 16, "after");
     for node in all {
         acknowledged.check(node);

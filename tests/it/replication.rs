@@ -1306,12 +1306,17 @@ struct ProxyState {
 impl Proxy {
     /// A proxy to `endpoint` (`http://host:port`).
     pub(crate) fn start(endpoint: &str) -> Self {
+        Self::start_on("127.0.0.1", endpoint)
+    }
+
+    /// A proxy to `endpoint` listening on address `host`.
+    pub(crate) fn start_on(host: &str, endpoint: &str) -> Self {
         let upstream = endpoint
             .strip_prefix("http://")
             .expect("an http:// endpoint")
             .trim_end_matches('/')
             .to_owned();
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind the proxy");
+        let listener = TcpListener::bind((host, 0)).expect("bind the proxy");
         let addr = listener.local_addr().expect("the proxy's address");
         let state = Arc::new(ProxyState {
             upstream,

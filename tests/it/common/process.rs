@@ -46,11 +46,34 @@ impl Server {
         K: AsRef<OsStr>,
         V: AsRef<OsStr>,
     {
+        Self::start_in(None, data_dir, env)
+    }
+
+    /// [`Server::start`], in network namespace `namespace` when one is given (through
+    /// `ip netns exec`, which runs the binary in its own process).
+    pub fn start_in<K, V>(
+        namespace: Option<&str>,
+        data_dir: &Path,
+        env: impl IntoIterator<Item = (K, V)>,
+    ) -> Self
+    where
+        K: AsRef<OsStr>,
+        V: AsRef<OsStr>,
+    {
         let env: Vec<(OsString, OsString)> = env
             .into_iter()
             .map(|(name, value)| (name.as_ref().to_owned(), value.as_ref().to_owned()))
             .collect();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_durability"))
+        let binary = env!("CARGO_BIN_EXE_durability");
+        let mut command = match namespace {
+            Some(namespace) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", namespace, binary]);
+                command
+            }
+            None => Command::new(binary),
+        };
+        let mut child = command
             .env("DURABILITY__SERVER__BIND", "127.0.0.1:0")
             .env("DURABILITY__STORAGE__DATA_DIR", data_dir)
             .envs(env.iter().map(|(name, value)| (name, value)))
