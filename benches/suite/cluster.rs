@@ -17,6 +17,8 @@ const VOLUMES: usize = 16;
 const DEFAULT_VOLUMES: usize = 256;
 /// Seconds of load spread over 2,048 partitions before a loaded failover.
 const LOAD_BEFORE_KILL: Duration = Duration::from_secs(20);
+/// Topics of 8 partitions that load spreads over.
+const LOADED_TOPICS: u32 = 256;
 /// The nodes' etcd lease (the default).
 const LEASE_TTL_MS: u64 = 5000;
 /// Connections of the load, over all nodes.
@@ -252,14 +254,15 @@ fn windows(node: SocketAddr) -> f64 {
         .unwrap_or(0.0)
 }
 
-/// One single-record append to `partition` through `node`: whether it was acknowledged.
-fn append(node: SocketAddr, partition: u32, payload: &str) -> bool {
+/// One single-record append to `partition` of `topic` through `node`: whether it was
+/// acknowledged.
+fn append(node: SocketAddr, topic: &str, partition: u32, payload: &str) -> bool {
     let body = format!("[{{\"payload\":{payload}}}]");
     let Ok(mut stream) = std::net::TcpStream::connect(node) else {
         return false;
     };
     let request = format!(
-        "POST /topics/bench/partitions/{partition}/records HTTP/1.1\r\nHost: {node}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "POST /topics/{topic}/partitions/{partition}/records HTTP/1.1\r\nHost: {node}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
     use std::io::{Read, Write};
@@ -411,8 +414,9 @@ fn loaded_failover(
     std::fs::write(
         &script,
         format!(
-            "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nlocal f = io.open(\"{}\")\nlocal body = f:read(\"*a\")\nf:close()\nrequest = function()\n  return wrk.format(nil, \"/topics/bench/partitions/\" .. math.random(0, 2047) .. \"/records\", nil, body)\nend\n",
-            body.display()
+            "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nlocal f = io.open(\"{}\")\nlocal body = f:read(\"*a\")\nf:close()\nrequest = function()\n  return wrk.format(nil, \"/topics/t\" .. math.random(0, {}) .. \"/partitions/\" .. math.random(0, 7) .. \"/records\", nil, body)\nend\n",
+            body.display(),
+            LOADED_TOPICS - 1
         ),
     )
     .unwrap();
@@ -433,13 +437,19 @@ fn loaded_failover(
         .max_by_key(|node| owners.iter().filter(|owner| **owner == node.name).count())
         .map(|node| node.name.clone())
         .unwrap();
-    let partition = partition_of(&owners, &victim, &[]);
+    let (topic, partition) = (0..LOADED_TOPICS)
+        .flat_map(|topic| (0..8).map(move |partition| (format!("t{topic}"), partition)))
+        .find(|(topic, partition)| {
+            let id = durability::names::PartitionId::new(topic, *partition).unwrap();
+            owners[durability::cluster::placement::volume_of(&id, owners.len())] == victim
+        })
+        .expect("a partition of the killed node's");
     let at = nodes.iter().position(|node| node.name == victim).unwrap();
     let survivor = nodes[(at + 1) % nodes.len()].address;
     let stream = windows(nodes[at].address);
     nodes[at].kill();
     let killed = Instant::now();
-    while !append(survivor, partition, payload) {
+    while !append(survivor, &topic, partition, payload) {
         assert!(killed.elapsed() < Duration::from_secs(120), "no failover");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -500,7 +510,7 @@ fn failover(binary: &Path, nodes: &mut [Node], etcd: SocketAddr, payload: &str) 
     let at = nodes.iter().position(|node| node.name == victim).unwrap();
     nodes[at].kill();
     let killed = Instant::now();
-    while !append(survivor, partition, payload) {
+    while !append(survivor, "bench", partition, payload) {
         assert!(killed.elapsed() < Duration::from_secs(60), "no failover");
         std::thread::sleep(Duration::from_millis(20));
     }
