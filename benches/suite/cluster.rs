@@ -4,6 +4,7 @@
 //! repeated kills, etcd writes per failover and per join, window PUTs per second per node, and
 //! failovers of a cluster of the default 256 volumes after a spell of load.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -52,10 +53,19 @@ pub struct Cluster {
     /// etcd revisions (writes) per failover and per join, medians.
     pub etcd_writes_per_failover: f64,
     pub etcd_writes_per_join: f64,
-    /// Failovers of a fresh cluster of [`DEFAULT_VOLUMES`] after [`LOAD_BEFORE_KILL`] of load:
-    /// seconds from the kill to the next acknowledged append on a moved volume, and the
-    /// windows in the killed node's stream.
-    pub loaded_failovers: Vec<(f64, f64)>,
+    /// Failovers of a fresh cluster of [`DEFAULT_VOLUMES`] after [`LOAD_BEFORE_KILL`] of load.
+    pub loaded_failovers: Vec<LoadedFailover>,
+}
+
+/// One failover after a spell of load (see [`loaded_failover`]).
+pub struct LoadedFailover {
+    /// From the kill to the next acknowledged append on a moved volume.
+    pub seconds: f64,
+    /// Windows in the killed node's stream: what its volumes' takers replay.
+    pub windows: f64,
+    /// Answers during the load, and those that were not `2xx` (by status).
+    pub answers: u64,
+    pub refused: BTreeMap<u16, u64>,
 }
 
 /// One etcd member on free ports in `dir`.
@@ -382,8 +392,7 @@ pub fn run(
 /// A fresh cluster of three nodes and [`DEFAULT_VOLUMES`] volumes takes single-record appends
 /// spread over 2,048 partitions through every node for [`LOAD_BEFORE_KILL`]; then the node
 /// holding the most volumes is killed, and the next acknowledged append on one of its volumes
-/// through another node is timed. Answers the seconds and the windows of the killed node's
-/// stream (what its volumes' takers replay).
+/// through another node is timed.
 fn loaded_failover(
     binary: &Path,
     dir: &Path,
@@ -391,7 +400,7 @@ fn loaded_failover(
     etcd: SocketAddr,
     s3: SocketAddr,
     payload: &str,
-) -> (f64, f64) {
+) -> LoadedFailover {
     let cluster = format!("loaded-{round}");
     let mut nodes: Vec<Node> = ["a", "b", "c"]
         .iter()
@@ -411,10 +420,12 @@ fn loaded_failover(
     let body = dir.join("loaded.json");
     std::fs::write(&body, format!("[{{\"payload\":{payload}}}]")).unwrap();
     let script = dir.join("loaded.lua");
+    // Counts each answer's status: some are `503` while the view settles, and are retried by
+    // real clients.
     std::fs::write(
         &script,
         format!(
-            "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nlocal f = io.open(\"{}\")\nlocal body = f:read(\"*a\")\nf:close()\nrequest = function()\n  return wrk.format(nil, \"/topics/t\" .. math.random(0, {}) .. \"/partitions/\" .. math.random(0, 7) .. \"/records\", nil, body)\nend\n",
+            "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nlocal f = io.open(\"{}\")\nlocal body = f:read(\"*a\")\nf:close()\nlocal threads = {{}}\nfunction setup(thread) table.insert(threads, thread) end\nfunction init(args) statuses = {{}} end\nrequest = function()\n  return wrk.format(nil, \"/topics/t\" .. math.random(0, {}) .. \"/partitions/\" .. math.random(0, 7) .. \"/records\", nil, body)\nend\nfunction response(status, headers, body) statuses[status] = (statuses[status] or 0) + 1 end\nfunction done(summary, latency, requests)\n  for _, thread in ipairs(threads) do\n    for status, count in pairs(thread:get(\"statuses\")) do io.write(string.format(\"status %d %d\\n\", status, count)) end\n  end\nend\n",
             body.display(),
             LOADED_TOPICS - 1
         ),
@@ -425,13 +436,27 @@ fn loaded_failover(
         .map(|node| {
             let (url, script) = (format!("http://{}", node.address), script.clone());
             std::thread::spawn(move || {
-                external::wrk(&url, CONNECTIONS / 6, &script, LOAD_BEFORE_KILL)
+                external::wrk_output(&url, CONNECTIONS / 6, &script, LOAD_BEFORE_KILL)
             })
         })
         .collect();
+    let mut refused = BTreeMap::new();
+    let mut answers = 0;
     for load in loads {
-        load.join().unwrap();
+        let (measured, text) = load.join().unwrap();
+        answers += measured.requests;
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            if let (Some("status"), Some(status), Some(count)) =
+                (words.next(), words.next(), words.next())
+                && let (Ok(status), Ok(count)) = (status.parse::<u16>(), count.parse::<u64>())
+                && !(200..300).contains(&status)
+            {
+                *refused.entry(status).or_insert(0) += count;
+            }
+        }
     }
+    eprintln!("  loaded: {answers} answers, not 2xx: {refused:?}");
     let victim = nodes
         .iter()
         .max_by_key(|node| owners.iter().filter(|owner| **owner == node.name).count())
@@ -458,7 +483,12 @@ fn loaded_failover(
         "  loaded failover {}: {took:.2} s, {stream:.0} windows",
         round + 1
     );
-    (took, stream)
+    LoadedFailover {
+        seconds: took,
+        windows: stream,
+        answers,
+        refused,
+    }
 }
 
 /// Direct and forwarded single-record appends from 16 connections to node a.

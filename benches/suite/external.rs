@@ -223,6 +223,16 @@ fn percentile(text: &str, label: &str) -> f64 {
 /// Runs `wrk` against `url` with `connections` connections for `budget`, the request built by
 /// the Lua `script`; fails on any non-2xx answer.
 pub fn wrk(url: &str, connections: usize, script: &Path, budget: Duration) -> Wrk {
+    let (measured, text) = wrk_output(url, connections, script, budget);
+    assert!(
+        !text.contains("Non-2xx") && !text.contains("Socket errors"),
+        "wrk saw failures:\n{text}"
+    );
+    measured
+}
+
+/// [`wrk`], answering its output whatever the answers were.
+pub fn wrk_output(url: &str, connections: usize, script: &Path, budget: Duration) -> (Wrk, String) {
     let output = Command::new("wrk")
         .args(["-t2", "--latency", &format!("-c{connections}")])
         .arg(format!("-d{}s", budget.as_secs_f64().ceil().max(1.0)))
@@ -231,11 +241,7 @@ pub fn wrk(url: &str, connections: usize, script: &Path, budget: Duration) -> Wr
         .arg(url)
         .output()
         .expect("wrk");
-    let text = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        !text.contains("Non-2xx") && !text.contains("Socket errors"),
-        "wrk saw failures:\n{text}"
-    );
+    let text = String::from_utf8_lossy(&output.stdout).into_owned();
     let requests_per_second = text
         .lines()
         .find_map(|line| line.strip_prefix("Requests/sec:"))
@@ -247,12 +253,13 @@ pub fn wrk(url: &str, connections: usize, script: &Path, budget: Duration) -> Wr
         .find_map(|line| line.trim().split_once(" requests in "))
         .and_then(|(count, _)| count.parse().ok())
         .unwrap_or_else(|| panic!("no request count in wrk output:\n{text}"));
-    Wrk {
+    let measured = Wrk {
         requests,
         requests_per_second,
         p50_ms: percentile(&text, "50%"),
         p99_ms: percentile(&text, "99%"),
-    }
+    };
+    (measured, text)
 }
 
 /// wrk scripts POSTing one record of `payload`, and 100 of them, to a partition's records.

@@ -516,14 +516,25 @@ impl Report {
             );
         }
         if !c.loaded_failovers.is_empty() {
-            let mut seconds: Vec<f64> = c.loaded_failovers.iter().map(|(took, _)| *took).collect();
+            let mut seconds: Vec<f64> = c.loaded_failovers.iter().map(|f| f.seconds).collect();
             seconds.sort_by(f64::total_cmp);
-            let windows = median(
-                c.loaded_failovers
+            let windows = median(c.loaded_failovers.iter().map(|f| f.windows).collect());
+            let answers: u64 = c.loaded_failovers.iter().map(|f| f.answers).sum();
+            let mut refused: std::collections::BTreeMap<u16, u64> = Default::default();
+            for failover in &c.loaded_failovers {
+                for (status, count) in &failover.refused {
+                    *refused.entry(*status).or_default() += count;
+                }
+            }
+            let refused = if refused.is_empty() {
+                "none".to_owned()
+            } else {
+                refused
                     .iter()
-                    .map(|(_, windows)| *windows)
-                    .collect(),
-            );
+                    .map(|(status, count)| format!("{count} answered {status}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
             let _ = writeln!(
                 md,
                 "\nFailover under load, with the default 256 volumes: {} fresh clusters of three \
@@ -531,7 +542,7 @@ impl Report {
                  node for 20 s, then the node holding the most volumes was killed (`kill -9`); \
                  its stream held {:.0} windows at the median, which the takers replay. From the \
                  kill to the next acknowledged append on one of its volumes: {} (p50 {:.2} s, \
-                 max {:.2} s).",
+                 max {:.2} s). Of the {} appends during the loads, not acknowledged: {}.",
                 seconds.len(),
                 windows,
                 seconds
@@ -540,7 +551,9 @@ impl Report {
                     .collect::<Vec<_>>()
                     .join(", "),
                 median(seconds.clone()),
-                seconds.last().copied().unwrap_or_default()
+                seconds.last().copied().unwrap_or_default(),
+                thousands(answers as f64),
+                refused
             );
         }
     }
@@ -978,7 +991,7 @@ impl Report {
                     "forwarded_rate": f.forwarded_rate, "forwarded_p50_ms": f.forwarded_p50_ms,
                 })),
                 "failovers": c.failovers,
-                "loaded_failovers": c.loaded_failovers.iter().map(|(took, windows)| json!({"seconds": took, "windows": windows})).collect::<Vec<_>>(),
+                "loaded_failovers": c.loaded_failovers.iter().map(|f| json!({"seconds": f.seconds, "windows": f.windows, "answers": f.answers, "refused": f.refused})).collect::<Vec<_>>(),
                 "etcd_writes_per_failover": c.etcd_writes_per_failover,
                 "etcd_writes_per_join": c.etcd_writes_per_join,
             })),
