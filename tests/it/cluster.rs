@@ -256,6 +256,17 @@ impl Node {
     }
 }
 
+/// Checks the bucket as a whole (see `replication::audit_bucket`): each stream's seqs run from
+/// 0 without a gap up to its fence, each window names its own place, and each manifest's epoch
+/// is at least every epoch its volume's windows were written with.
+fn audit(s3: &durability::cold::S3Settings) {
+    let audit = block_on(crate::replication::audit_bucket(s3));
+    assert!(
+        audit.volumes_with_manifest() > 0,
+        "the volumes have manifests"
+    );
+}
+
 /// The name of the node that owns the most volumes in `view`.
 fn busiest(view: &Value) -> String {
     let mut counts: BTreeMap<String, usize> = BTreeMap::new();
@@ -612,6 +623,7 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
     for node in &all {
         acknowledged.check(*node);
     }
+    audit(&s3);
 }
 
 /// An owner stopped (SIGSTOP) past its lease loses its volumes to the others. Resumed
@@ -699,6 +711,7 @@ fn a_stopped_owner_acknowledges_nothing_after_its_volumes_moved() {
     for node in nodes.iter().map(Node::addr) {
         acknowledged.check(node);
     }
+    audit(&s3);
 }
 
 /// A group polled page by page through random nodes and committed through random nodes, with
@@ -871,6 +884,7 @@ fn a_group_consumes_everything_through_any_node_across_a_failover() {
         (status, body["error"]["code"].as_str()),
         (409, Some("lease_not_held"))
     );
+    audit(&s3);
 }
 
 /// A fourth node joins: the others hand it the volumes that rendezvous hashing gives it, one at
@@ -939,6 +953,7 @@ fn volumes_move_to_a_joining_node_and_away_from_one_leaving_cleanly() {
     for node in all {
         acknowledged.check(node);
     }
+    audit(&s3);
 }
 
 /// The etcd member that leads dies (three members): etcd elects another, the nodes renew their
@@ -982,6 +997,7 @@ fn the_etcd_leader_dying_moves_no_volume() {
     for node in all {
         acknowledged.check(node);
     }
+    audit(&s3);
 }
 
 /// Each node reaches the bucket through a proxy of its own. The bucket going away for every
@@ -1085,6 +1101,7 @@ fn nodes_cut_off_from_the_bucket_give_their_volumes_up() {
     for node in all {
         acknowledged.check(node);
     }
+    audit(&s3);
 }
 
 /// A node whose data folder is wiped while it is down comes back from the bucket: the volumes
@@ -1120,6 +1137,7 @@ fn a_wiped_node_comes_back_from_the_bucket() {
     for node in all {
         acknowledged.check(node);
     }
+    audit(&s3);
 }
 
 /// This side of [`Namespace`]'s link.
@@ -1292,4 +1310,5 @@ fn a_node_cut_off_from_everything_loses_its_volumes_and_rejoins() {
     for node in all {
         acknowledged.check(node);
     }
+    audit(&s3);
 }

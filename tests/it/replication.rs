@@ -977,13 +977,20 @@ async fn get_text(bucket: &Bucket, key: &str) -> String {
 // ---------------------------------------------------------------------------------------------
 
 /// What [`audit_bucket`] found.
-struct Audit {
+pub(crate) struct Audit {
     objects: usize,
     volumes_object: String,
     /// Each node incarnation's stream.
     streams: BTreeMap<(String, u64), StreamAudit>,
     /// Each volume's manifest.
     manifests: BTreeMap<usize, Value>,
+}
+
+impl Audit {
+    /// How many volumes have a manifest.
+    pub(crate) fn volumes_with_manifest(&self) -> usize {
+        self.manifests.len()
+    }
 }
 
 struct StreamAudit {
@@ -1001,7 +1008,7 @@ const PUTS_IN_FLIGHT: u64 = 2;
 /// once with the one it took the place of may follow, each window's header
 /// names its own place, and each manifest's epoch is at least every epoch its volume's windows
 /// were written with.
-async fn audit_bucket(s3: &S3Settings) -> Audit {
+pub(crate) async fn audit_bucket(s3: &S3Settings) -> Audit {
     let bucket = bucket_of(s3);
     let listed = bucket
         .list(format!("{PREFIX}/"), None)
