@@ -750,6 +750,7 @@ impl Shared {
         *self.taking.write().unwrap_or_else(PoisonError::into_inner) = claimed.to_vec();
         let started = Instant::now();
         let taken = parts.replicator.take(claimed).await;
+        let replayed = started.elapsed();
         let opened = taken.map_err(|err| err.to_string()).and_then(|()| {
             claimed
                 .iter()
@@ -776,8 +777,8 @@ impl Shared {
                     .filter_map(|volume| due_since.get(volume))
                     .min();
                 log::info!(
-                    "cluster: serving volumes {claimed:?}: taken in {:?}, {:?} after they were \
-                     found unowned",
+                    "cluster: serving volumes {claimed:?}: taken in {:?} ({replayed:?} through \
+                     the replica, the rest opening them), {:?} after they were found unowned",
                     started.elapsed(),
                     found.map(Instant::elapsed).unwrap_or_default()
                 );

@@ -351,10 +351,32 @@ impl Node {
     async fn take(&self, volumes: &[usize], first: u64) -> Result<Vec<usize>, ReplicaError> {
         let mut taker = take::Taker::new(&self.objects, &self.keys, &self.node, self.inc, first);
         taker.read_manifests(volumes).await?;
-        let mut long = Vec::new();
+        let mut prepared = Vec::with_capacity(volumes.len());
         for &volume in volumes {
-            let (manifest, etag) = taker.take(&self.data_dir, volume).await?;
-            let snapshotting = taker.replayed >= LONG_REPLAY;
+            let ready = taker.prepare(&self.data_dir, volume).await?;
+            prepared.push((volume, ready, taker.replayed));
+        }
+        let written = {
+            let taker = &taker;
+            futures_util::future::join_all(prepared.into_iter().map(
+                |(volume, ready, replayed)| async move {
+                    (volume, taker.write(volume, ready).await, replayed)
+                },
+            ))
+            .await
+        };
+        let mut long = Vec::new();
+        for (volume, written, replayed) in written {
+            let ((manifest, etag), replayed) = match written {
+                Ok(written) => (written, replayed),
+                Err(ReplicaError::HistoryMoved(why)) => {
+                    log::info!("replica: volume {volume}: {why}; taking it again");
+                    let taken = taker.take(&self.data_dir, volume).await?;
+                    (taken, taker.replayed)
+                }
+                Err(err) => return Err(err),
+            };
+            let snapshotting = replayed >= LONG_REPLAY;
             if snapshotting {
                 long.push(volume);
             }

@@ -26,6 +26,14 @@ const READ_AHEAD: u64 = 16;
 /// Batches of windows (see `format.rs`) read at once, where the stream has them.
 const BATCHES_AHEAD: usize = 4;
 
+/// A volume whose copy holds its whole history, and what its manifest is to say.
+pub(super) enum Prepared {
+    /// This manifest, written over the one with ETag `over`.
+    Write { manifest: Manifest, over: String },
+    /// Written already (the volume's first use), with its ETag.
+    Written(Manifest, String),
+}
+
 /// A batch of windows found in the bucket.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Listed {
@@ -167,7 +175,11 @@ impl<'a> Taker<'a> {
         let mut attempts = 0;
         loop {
             self.replayed = 0;
-            match self.take_once(data_dir, volume).await {
+            let taken = match self.prepare_once(data_dir, volume).await {
+                Ok(prepared) => self.write(volume, prepared).await,
+                Err(err) => Err(err),
+            };
+            match taken {
                 Err(ReplicaError::HistoryMoved(why)) if attempts < MAX_TAKE_ATTEMPTS => {
                     log::info!("replica: volume {volume}: {why}; reading its history again");
                     attempts += 1;
@@ -177,14 +189,51 @@ impl<'a> Taker<'a> {
         }
     }
 
-    /// One attempt of [`Taker::take`]: [`ReplicaError::HistoryMoved`] when the volume's
-    /// history changed while it was read (its owner snapshotted, and its collection deleted a
-    /// window the history named, or replaced the manifest before this node could).
-    async fn take_once(
+    /// [`Taker::take`] up to writing the manifest, which [`Taker::write`] does: the manifests
+    /// of many volumes are then written at once, and a failover waits for the bucket's latency
+    /// once instead of once per volume. A write that finds the manifest replaced meanwhile
+    /// answers [`ReplicaError::HistoryMoved`], and the volume is taken again whole.
+    pub(super) async fn prepare(
         &mut self,
         data_dir: &Path,
         volume: usize,
+    ) -> Result<Prepared, ReplicaError> {
+        let mut attempts = 0;
+        loop {
+            self.replayed = 0;
+            match self.prepare_once(data_dir, volume).await {
+                Err(ReplicaError::HistoryMoved(why)) if attempts < MAX_TAKE_ATTEMPTS => {
+                    log::info!("replica: volume {volume}: {why}; reading its history again");
+                    attempts += 1;
+                }
+                prepared => return prepared,
+            }
+        }
+    }
+
+    /// Writes the manifest of volume `volume` as [`Taker::prepare`] left it, answering it
+    /// with its ETag.
+    pub(super) async fn write(
+        &self,
+        volume: usize,
+        prepared: Prepared,
     ) -> Result<(Manifest, String), ReplicaError> {
+        match prepared {
+            Prepared::Write { manifest, over } => {
+                self.write_manifest(volume, manifest, Some(&over)).await
+            }
+            Prepared::Written(manifest, etag) => Ok((manifest, etag)),
+        }
+    }
+
+    /// One attempt of [`Taker::prepare`]: [`ReplicaError::HistoryMoved`] when the volume's
+    /// history changed while it was read (its owner snapshotted, and its collection deleted a
+    /// window the history named).
+    async fn prepare_once(
+        &mut self,
+        data_dir: &Path,
+        volume: usize,
+    ) -> Result<Prepared, ReplicaError> {
         let path = data_dir.join(Volume::file_name(volume));
         let mut local = LocalCopy::open(&path)?;
         let manifest_key = self.keys.manifest(volume);
@@ -193,7 +242,8 @@ impl<'a> Taker<'a> {
             None => self.objects.get(&manifest_key).await?,
         };
         let Some((bytes, etag)) = found else {
-            return self.first_use(volume, &path, local).await;
+            let (manifest, etag) = self.first_use(volume, &path, local).await?;
+            return Ok(Prepared::Written(manifest, etag));
         };
         let manifest = Manifest::decode(&bytes).map_err(ReplicaError::Refused)?;
         let resume = match manifest.resume(local.position()?.as_ref()) {
@@ -245,7 +295,10 @@ impl<'a> Taker<'a> {
             chain,
         };
         local.close()?;
-        self.write_manifest(volume, next, Some(&etag)).await
+        Ok(Prepared::Write {
+            manifest: next,
+            over: etag,
+        })
     }
 
     /// Whether every window up to the one a copy resumes after is in the bucket. A copy commits
