@@ -1242,13 +1242,30 @@ impl Namespace {
         }
     }
 
-    fn heal(&self, links: &[Link]) {
+    /// Brings `links` back up, and waits until the namespace connects to each of `reach`
+    /// (`http://host:port`) again: a link's routes come back a moment after it does.
+    fn heal(&self, links: &[Link], reach: &[String]) {
         for link in links {
             assert!(
                 ip(&["link", "set", link.here, "up"]),
                 "restore {}",
                 link.here
             );
+        }
+        for url in reach {
+            let (host, port) = url
+                .trim_start_matches("http://")
+                .rsplit_once(':')
+                .expect("host:port");
+            let connect = format!("exec 3<>/dev/tcp/{host}/{port}");
+            let started = Instant::now();
+            while !ip(&["netns", "exec", self.name, "bash", "-c", &connect]) {
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "the namespace does not reach {url} again"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
 
@@ -1378,7 +1395,7 @@ fn cut_off_and_rejoin(links: &[Link]) {
         "the node cut off stops by itself"
     );
 
-    namespace.heal(links);
+    namespace.heal(links, &[etcd.endpoint_on(&here), bucket.url()]);
     nodes[2].server = None;
     nodes[2].restart();
     wait_for_balance(all[0], 3);
