@@ -174,12 +174,8 @@ impl<'a> Taker<'a> {
     ) -> Result<(Manifest, String), ReplicaError> {
         let mut attempts = 0;
         loop {
-            self.replayed = 0;
-            let taken = match self.prepare_once(data_dir, volume).await {
-                Ok(prepared) => self.write(volume, prepared).await,
-                Err(err) => Err(err),
-            };
-            match taken {
+            let prepared = self.prepare(data_dir, volume).await?;
+            match self.write(volume, prepared).await {
                 Err(ReplicaError::HistoryMoved(why)) if attempts < MAX_TAKE_ATTEMPTS => {
                     log::info!("replica: volume {volume}: {why}; reading its history again");
                     attempts += 1;

@@ -249,6 +249,18 @@ impl Node {
             .expect("an address")
     }
 
+    /// Waits up to `within` for the node's process to stop by itself with the status of a
+    /// node that lost its lease ([`durability::cluster::EXIT_LEASE_LOST`]); `why` says what
+    /// made it.
+    fn expect_lease_lost(&mut self, within: Duration, why: &str) {
+        let exited = self.server.as_mut().expect("running").wait_for_exit(within);
+        assert_eq!(
+            exited.and_then(|status| status.code()),
+            Some(durability::cluster::EXIT_LEASE_LOST),
+            "{why}"
+        );
+    }
+
     fn kill(&mut self) {
         if let Some(mut server) = self.server.take() {
             server.kill();
@@ -695,16 +707,7 @@ fn a_stopped_owner_acknowledges_nothing_after_its_volumes_moved() {
         moved.len(),
         "the stale owner acknowledged a queued write"
     );
-    let exited = nodes[at]
-        .server
-        .as_mut()
-        .expect("running")
-        .wait_for_exit(Duration::from_secs(10));
-    assert_eq!(
-        exited.and_then(|status| status.code()),
-        Some(durability::cluster::EXIT_LEASE_LOST),
-        "the stale owner stops by itself"
-    );
+    nodes[at].expect_lease_lost(Duration::from_secs(10), "the stale owner stops by itself");
     nodes[at].server = None;
     nodes[at].restart();
     wait_for_owners(nodes[at].addr(), 3);
@@ -1083,15 +1086,9 @@ fn nodes_cut_off_from_the_bucket_give_their_volumes_up() {
             &format!("moved-{partition}"),
         );
     }
-    let exited = nodes[at]
-        .server
-        .as_mut()
-        .expect("running")
-        .wait_for_exit(Duration::from_secs(20));
-    assert_eq!(
-        exited.and_then(|status| status.code()),
-        Some(durability::cluster::EXIT_LEASE_LOST),
-        "the node cut off from the bucket stops"
+    nodes[at].expect_lease_lost(
+        Duration::from_secs(20),
+        "the node cut off from the bucket stops",
     );
     proxies[at].set_down(false);
     nodes[at].server = None;
@@ -1384,16 +1381,7 @@ fn cut_off_and_rejoin(links: &[Link]) {
             "c acknowledged a write it could not store: {sent:?}"
         );
     }
-    let exited = nodes[2]
-        .server
-        .as_mut()
-        .expect("running")
-        .wait_for_exit(Duration::from_secs(20));
-    assert_eq!(
-        exited.and_then(|status| status.code()),
-        Some(durability::cluster::EXIT_LEASE_LOST),
-        "the node cut off stops by itself"
-    );
+    nodes[2].expect_lease_lost(Duration::from_secs(20), "the node cut off stops by itself");
 
     namespace.heal(links, &[etcd.endpoint_on(&here), bucket.url()]);
     nodes[2].server = None;

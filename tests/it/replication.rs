@@ -1538,6 +1538,22 @@ fn forward_answers(
     }
 }
 
+/// Appends `count` records keyed `{prefix}-{n}` to partition 0 one at a time: one window each.
+fn append_windows(addr: SocketAddr, count: usize, prefix: &str) {
+    for n in 0..count {
+        append_once(addr, 0, &format!("{prefix}-{n}")).expect("an append");
+    }
+}
+
+/// Waits up to 30 s until the bucket holds at least `count` keys under `prefix`.
+fn wait_for_keys(bucket: &Bucket, prefix: &str, count: usize, why: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while block_on(stream_keys(bucket, prefix)).len() < count {
+        assert!(Instant::now() < deadline, "{why}");
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// A take that replays a long history snapshots the volume at once: whoever takes it next
 /// (after a failure, say) starts from there instead of replaying the same windows again.
 #[test]
@@ -1548,9 +1564,7 @@ fn a_take_that_replays_a_long_history_snapshots_the_volume() {
     let mut node = start_node(first.path(), &s3, &s3.endpoint, "long", &[]);
     // One window per append: a history of 1,100 windows (more than a take replays without
     // snapshotting after), far below snapshot_bytes.
-    for n in 0..LONG {
-        append_once(node.addr, 0, &format!("long-{n}")).expect("an append");
-    }
+    append_windows(node.addr, LONG, "long");
     node.kill();
     let bucket = bucket_of(&s3);
     let snapshots = format!("{PREFIX}/vol/0000/snapshot/");
@@ -1561,11 +1575,7 @@ fn a_take_that_replays_a_long_history_snapshots_the_volume() {
     // A fresh data folder: the take replays the whole history from the bucket.
     let second = temp_dir();
     let node = start_node(second.path(), &s3, &s3.endpoint, "long", &[]);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while block_on(stream_keys(&bucket, &snapshots)).is_empty() {
-        assert!(Instant::now() < deadline, "the volume was not snapshotted");
-        thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_keys(&bucket, &snapshots, 1, "the volume was not snapshotted");
     assert_eq!(read_all(node.addr, 0).len(), LONG);
 }
 
@@ -1578,17 +1588,10 @@ fn a_take_reads_a_long_history_through_its_batches() {
     let s3 = block_on(fresh_s3_bucket());
     let first = temp_dir();
     let mut node = start_node(first.path(), &s3, &s3.endpoint, "batched", &[]);
-    // One window per append.
-    for n in 0..WINDOWS {
-        append_once(node.addr, 0, &format!("batched-{n}")).expect("an append");
-    }
+    append_windows(node.addr, WINDOWS, "batched");
     let bucket = bucket_of(&s3);
     let batches = format!("{PREFIX}/batch/batched/");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while block_on(stream_keys(&bucket, &batches)).len() < WINDOWS / 64 {
-        assert!(Instant::now() < deadline, "no batches were stored");
-        thread::sleep(Duration::from_millis(100));
-    }
+    wait_for_keys(&bucket, &batches, WINDOWS / 64, "no batches were stored");
     node.kill();
     let proxy = Proxy::start(&s3.endpoint);
     let second = temp_dir();
