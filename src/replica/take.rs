@@ -50,7 +50,8 @@ pub(super) struct Taker<'a> {
     pub inc: u64,
     /// The first window of this incarnation's stream that may hold the volumes taken.
     first: u64,
-    /// Where each stream taken from another incarnation was sealed.
+    /// Where each stream taken from another incarnation was sealed (by a fence: never where a
+    /// segment of it was released).
     seals: HashMap<(String, u64), u64>,
     cache: HashMap<String, Arc<StreamObject>>,
     cached_bytes: usize,
@@ -413,7 +414,11 @@ impl<'a> Taker<'a> {
         start: u64,
     ) -> Result<(), ReplicaError> {
         let stream = (segment.node.clone(), segment.inc);
-        if segment.end.is_none() {
+        // Only an open segment ends where its stream is sealed. A closed one ends where its
+        // owner released the volume, and the same stream may hold a later segment of this
+        // volume (taken back) or be open for other volumes: its end is no seal.
+        let open = segment.end.is_none();
+        if open {
             segment.end = self.seals.get(&stream).copied();
         }
         let mut seq = start;
@@ -464,7 +469,7 @@ impl<'a> Taker<'a> {
                 }
             }
         }
-        if let Some(end) = segment.end {
+        if open && let Some(end) = segment.end {
             self.seals.insert(stream, end);
         }
         Ok(())
