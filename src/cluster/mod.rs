@@ -11,16 +11,18 @@
 //! or fail. Each node watches the keys (and reads them again now and then), claims the unowned
 //! volumes that rendezvous hashing gives it ([`placement`]), then takes them through the
 //! replica (sealing the previous owner's stream: a node that lost its lease can land nothing
-//! more, whatever it believes), and hands the volumes that fall to another node over to it, one
-//! at a time. A node that cannot renew its lease for its TTL, whose stream another node sealed,
-//! or whose windows cannot land for its TTL stops its process: it owns nothing any more, and
-//! starts again as a new incarnation.
+//! more, whatever it believes), and hands the volumes that fall to another node over to it, a
+//! few at a time. Safety comes from the bucket's fences, not from etcd: a node that cannot
+//! renew its lease keeps serving what it holds, takes nothing new, and joins again when etcd
+//! answers; a node whose stream another node sealed, or whose windows cannot land for its TTL,
+//! stops its process: it owns nothing any more, and starts again as a new incarnation. The
+//! lease is renewed on a thread of its own, so that taking and opening volumes never delays it.
 
 pub(crate) mod etcd;
 pub mod placement;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,10 @@ use etcd::{Etcd, EtcdError, KeyValue, LeaseId};
 
 /// The exit status of a node that stopped because it may own nothing any more.
 pub const EXIT_LEASE_LOST: i32 = 3;
+
+/// Volumes a node hands over at once: a node joining gets its share in a few rounds rather
+/// than one volume at a time, while each round leaves few partitions unavailable at once.
+const MOVES_AT_ONCE: usize = 32;
 
 /// Longest wait for one answer of etcd.
 const ETCD_TIMEOUT: Duration = Duration::from_secs(2);
@@ -115,6 +121,8 @@ struct Shared {
     url: String,
     prefix: String,
     etcd: Etcd,
+    /// etcd's endpoints: the lease keeper talks to them with a client of its own.
+    endpoints: Vec<String>,
     ttl: Duration,
     volume_count: usize,
     view: RwLock<View>,
@@ -123,9 +131,16 @@ struct Shared {
     /// Volumes this node is taking now.
     taking: RwLock<Vec<usize>>,
     /// The volume this node is handing to another now, if any.
-    releasing: RwLock<Option<usize>>,
-    /// This incarnation's lease, once it joined.
-    lease: OnceLock<LeaseId>,
+    releasing: RwLock<Vec<usize>>,
+    /// This incarnation's lease while it is joined; 0 before it joins and while it is detached
+    /// (its lease could not be renewed): it then serves what it holds but claims and hands
+    /// over nothing until it has a lease again.
+    lease: AtomicI64,
+    /// Since when etcd has renewed this node's lease without a failure (none: it is failing
+    /// now). After an outage a node claims nothing for a TTL, so that the nodes whose leases
+    /// expired meanwhile have joined again and claimed back what they hold, rather than being
+    /// taken over (and stopped by the seal) for an outage that was etcd's.
+    renewing_since: std::sync::Mutex<Option<Instant>>,
     /// Set when the node leaves: its lease ends on purpose.
     leaving: AtomicBool,
     /// Told of every change under the cluster's keys (a watch).
@@ -162,14 +177,21 @@ impl Cluster {
     /// [`ClusterError`] when etcd cannot be reached, or its thread cannot start.
     pub fn connect(settings: &ClusterSettings, node: &str) -> Result<Self, ClusterError> {
         let endpoints = settings.endpoints();
-        let etcd = Etcd::new(endpoints, ETCD_TIMEOUT);
+        let etcd = Etcd::new(endpoints.clone(), ETCD_TIMEOUT);
         let prefix = format!("/durability/{}/", settings.name);
+        let ttl = Duration::from_millis(settings.lease_ttl_ms);
         let (ready, connected) = std::sync::mpsc::channel();
         let config_key = format!("{prefix}config");
         let wanted = settings.volumes;
         let config_etcd = etcd.clone();
+        let member_key = format!("{prefix}members/{node}");
+        let url = settings.advertise_url.trim_end_matches('/').to_owned();
         let runtime = crate::background::spawn("durability-cluster", move || async move {
-            let _ = ready.send(volume_count(&config_etcd, &config_key, wanted).await);
+            let connected = async {
+                node_is_free(&config_etcd, &member_key, &url).await?;
+                volume_count(&config_etcd, &config_key, wanted).await
+            };
+            let _ = ready.send(connected.await);
             // The runtime serves the tasks spawned on it for the process's life.
             std::future::pending::<()>().await;
         })
@@ -188,7 +210,8 @@ impl Cluster {
                 url: settings.advertise_url.trim_end_matches('/').to_owned(),
                 prefix,
                 etcd,
-                ttl: Duration::from_millis(settings.lease_ttl_ms),
+                endpoints,
+                ttl,
                 volume_count,
                 view: RwLock::new(View {
                     members: BTreeMap::new(),
@@ -196,8 +219,9 @@ impl Cluster {
                 }),
                 volumes: OnceLock::new(),
                 taking: RwLock::new(Vec::new()),
-                releasing: RwLock::new(None),
-                lease: OnceLock::new(),
+                releasing: RwLock::new(Vec::new()),
+                lease: AtomicI64::new(0),
+                renewing_since: std::sync::Mutex::new(Instant::now().checked_sub(ttl)),
                 leaving: AtomicBool::new(false),
                 changed: tokio::sync::Notify::new(),
                 view_read: tokio::sync::watch::Sender::new(0),
@@ -234,16 +258,20 @@ impl Cluster {
                 Ok(lease) => lease,
                 Err(err) => fail_stop(&format!("cannot join the cluster: {err}")),
             };
-            let _ = shared.lease.set(lease);
-            tokio::spawn(
-                shared
-                    .clone()
-                    .keep_lease(lease, replicator.clone(), replica_counters),
-            );
+            shared.lease.store(lease, Ordering::SeqCst);
+            // The lease is renewed on a thread of its own, with a client of its own: taking and
+            // opening volumes on this runtime must never delay a renewal.
+            let keeper = shared.clone();
+            let lease_replicator = replicator.clone();
+            let started = crate::background::spawn("durability-lease", move || {
+                keeper.keep_lease(inc, lease_replicator, replica_counters)
+            });
+            if let Err(err) = started {
+                fail_stop(&format!("cannot start the lease's thread: {err}"));
+            }
             tokio::spawn(shared.clone().watch_changes());
             let parts = Parts {
                 inc,
-                lease,
                 replicator,
                 volumes,
                 close_volume,
@@ -255,11 +283,11 @@ impl Cluster {
     /// Where volume `volume` is served from, as this node last saw it.
     pub fn route(&self, volume: usize) -> Route {
         let shared = &self.shared;
-        if *shared
+        if shared
             .releasing
             .read()
             .unwrap_or_else(PoisonError::into_inner)
-            == Some(volume)
+            .contains(&volume)
         {
             return Route::Unowned;
         }
@@ -343,10 +371,12 @@ impl Cluster {
                 .read()
                 .unwrap_or_else(PoisonError::into_inner)
                 .clone(),
-            releasing: *shared
+            releasing: shared
                 .releasing
                 .read()
-                .unwrap_or_else(PoisonError::into_inner),
+                .unwrap_or_else(PoisonError::into_inner)
+                .first()
+                .copied(),
         }
     }
 
@@ -385,9 +415,10 @@ impl Cluster {
     pub async fn leave(&self) {
         let shared = self.shared.clone();
         shared.leaving.store(true, Ordering::SeqCst);
-        let Some(&lease) = shared.lease.get() else {
+        let lease = shared.lease.load(Ordering::SeqCst);
+        if lease == 0 {
             return;
-        };
+        }
         let revoked = self
             .shared
             .runtime
@@ -408,7 +439,6 @@ pub(crate) type CloseVolume =
 /// What the task claiming and releasing this node's volumes works with.
 struct Parts {
     inc: u64,
-    lease: LeaseId,
     replicator: Arc<Replicator>,
     volumes: Arc<Volumes>,
     close_volume: CloseVolume,
@@ -427,7 +457,8 @@ pub struct ClusterStatus {
     pub unowned: Vec<usize>,
     /// Volumes the answering node is taking now.
     pub taking: Vec<usize>,
-    /// The volume the answering node is handing to another now, if any.
+    /// A volume the answering node is handing to another now, if any (the lowest, when it
+    /// hands over several at once).
     pub releasing: Option<usize>,
 }
 
@@ -440,6 +471,27 @@ pub struct MemberStatus {
     pub inc: u64,
     /// The volumes it owns.
     pub volumes: Vec<usize>,
+}
+
+/// Refuses a node whose name (`member_key`) a live node registered under another URL than
+/// `url`: two processes with one `replication.node_id` would evict each other. A restart under
+/// the same URL replaces its earlier incarnation (see [`Shared::join`]).
+async fn node_is_free(etcd: &Etcd, member_key: &str, url: &str) -> Result<(), ClusterError> {
+    let (found, _) = etcd.prefix(member_key).await?;
+    let live = found
+        .iter()
+        .filter(|kv| kv.key == member_key)
+        .filter_map(|kv| serde_json::from_slice::<Member>(&kv.value).ok())
+        .find(|member| member.url.trim_end_matches('/') != url);
+    match live {
+        Some(member) => Err(ClusterError::Refused(format!(
+            "a live node registered this node's name at {} ({member_key}), and this one \
+             advertises {url}: give each node its own replication.node_id, or stop that one \
+             first",
+            member.url
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The cluster's volume count: the one recorded in `key`, or `wanted` recorded there by this
@@ -508,16 +560,21 @@ impl Shared {
         Ok(lease)
     }
 
-    /// Renews the lease a third of its TTL apart. A node that cannot for a whole TTL, whose
-    /// stream another node sealed, or whose windows cannot land for a whole TTL (cut off from
-    /// the bucket) stops, the latter after revoking its lease so that nodes that reach the
-    /// bucket take its volumes at once (see [`fail_stop`]).
+    /// Renews the lease a third of its TTL apart, on its own thread with `etcd`'s client of its
+    /// own. A node whose stream another node sealed, or whose windows cannot land for a whole
+    /// TTL (cut off from the bucket), stops, the latter after revoking its lease so that nodes
+    /// that reach the bucket take its volumes at once (see [`fail_stop`]). A node that cannot
+    /// renew its lease (etcd is out of reach, or expired it) detaches instead: it keeps
+    /// serving the volumes it holds, whose safety comes from the bucket's fences (a node that
+    /// takes one seals this node's stream, which then lands nothing more and stops), takes and
+    /// hands over nothing, and joins again under a new lease once etcd answers.
     async fn keep_lease(
         self: Arc<Self>,
-        lease: LeaseId,
+        inc: u64,
         replicator: Arc<Replicator>,
         replica: Arc<ReplicaCounters>,
     ) {
+        let etcd = Etcd::new(self.endpoints.clone(), ETCD_TIMEOUT);
         let mut renewed = Instant::now();
         loop {
             tokio::time::sleep(self.ttl / 3).await;
@@ -527,24 +584,108 @@ impl Shared {
             if replica.fenced() {
                 fail_stop("another node sealed this node's stream");
             }
+            let lease = self.lease.load(Ordering::SeqCst);
             if replicator
                 .stalled_for()
                 .is_some_and(|stalled| stalled >= self.ttl)
             {
-                if let Err(err) = self.etcd.revoke(lease).await {
+                if lease != 0
+                    && let Err(err) = etcd.revoke(lease).await
+                {
                     log::warn!("cluster: revoking the lease failed: {err}");
                 }
                 fail_stop("this node's writes could not land in the bucket for its lease's TTL");
             }
-            match self.etcd.keep_alive(lease).await {
+            if lease == 0 {
+                let rejoined = self.rejoin(&etcd, inc).await;
+                self.renewing(rejoined.is_ok());
+                match rejoined {
+                    Ok(lease) => {
+                        renewed = Instant::now();
+                        self.lease.store(lease, Ordering::SeqCst);
+                        self.changed.notify_one();
+                        log::info!("cluster: joined again under a new lease");
+                    }
+                    Err(err) => log::warn!("cluster: joining again failed: {err}"),
+                }
+                continue;
+            }
+            let kept = etcd.keep_alive(lease).await;
+            self.renewing(matches!(kept, Ok(true)));
+            match kept {
                 Ok(true) => renewed = Instant::now(),
-                Ok(false) => fail_stop("this node's etcd lease expired"),
+                Ok(false) => self.detach("this node's etcd lease expired"),
                 Err(err) => log::warn!("cluster: renewing the lease failed: {err}"),
             }
-            if renewed.elapsed() >= self.ttl {
-                fail_stop("this node could not renew its etcd lease for its whole TTL");
+            if self.lease.load(Ordering::SeqCst) != 0 && renewed.elapsed() >= self.ttl {
+                self.detach("this node could not renew its etcd lease for its whole TTL");
             }
         }
+    }
+
+    /// Records whether etcd just renewed the lease (or granted one).
+    fn renewing(&self, renewed: bool) {
+        let mut since = self
+            .renewing_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match (renewed, *since) {
+            (true, None) => *since = Some(Instant::now()),
+            (false, _) => *since = None,
+            (true, Some(_)) => {}
+        }
+    }
+
+    /// Whether etcd has renewed the lease without a failure for a whole TTL: only then does
+    /// the node claim and hand over volumes (see `renewing_since`).
+    fn steady(&self) -> bool {
+        self.renewing_since
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some_and(|since| since.elapsed() >= self.ttl)
+    }
+
+    /// Stops claiming and handing over volumes until the node joins again (see
+    /// [`Shared::keep_lease`]); the volumes it holds are served meanwhile.
+    fn detach(&self, why: &str) {
+        self.lease.store(0, Ordering::SeqCst);
+        log::warn!(
+            "cluster: {why}; serving the volumes held here, taking none, until etcd answers \
+             (a node that takes them seals this node's stream, and this node then stops)"
+        );
+    }
+
+    /// Joins again after a detach: a new lease, this incarnation's member key, and the owner
+    /// keys of the volumes it holds where no other node claimed them meanwhile (one that did
+    /// takes the volume, sealing this node's stream). Answers the new lease.
+    async fn rejoin(&self, etcd: &Etcd, inc: u64) -> Result<LeaseId, EtcdError> {
+        let lease = etcd.grant(self.ttl).await?;
+        let member = Member {
+            url: self.url.clone(),
+            inc,
+        };
+        let value = serde_json::to_vec(&member).expect("serializes");
+        etcd.put(&self.member_key(&self.node), &value, lease).await?;
+        let mine = serde_json::to_vec(&Owner {
+            node: self.node.clone(),
+            inc,
+        })
+        .expect("serializes");
+        let held: Vec<usize> = self.volumes.get().map_or_else(Vec::new, |volumes| {
+            (0..self.volume_count)
+                .filter(|&volume| volumes.holds(volume))
+                .collect()
+        });
+        for volume in held {
+            let key = self.owner_key(volume);
+            if !etcd.create(&key, &mine, lease).await? {
+                log::warn!(
+                    "cluster: volume {volume} was claimed by another node while this node was \
+                     detached; its take seals this node's stream"
+                );
+            }
+        }
+        Ok(lease)
     }
 
     /// Reads the members and owners, and stores them as this node's view. Answers when each
@@ -649,13 +790,20 @@ impl Shared {
                 let _ = tokio::time::timeout(tick(self.ttl), self.changed.notified()).await;
                 continue;
             }
+            let lease = self.lease.load(Ordering::SeqCst);
+            if lease == 0 || !self.steady() {
+                // Detached, or just back from an etcd outage: nothing is claimed or handed
+                // over until the node has renewed its lease for a whole TTL.
+                let _ = tokio::time::timeout(tick(self.ttl), self.changed.notified()).await;
+                continue;
+            }
             let due = self.due_to_take(parts.inc, &parts.volumes);
             due_since.retain(|volume, _| due.contains(volume));
             let mut claimed = Vec::new();
             for &volume in &due {
                 due_since.entry(volume).or_insert_with(Instant::now);
                 let key = self.owner_key(volume);
-                let owned = match self.etcd.create(&key, &mine, parts.lease).await {
+                let owned = match self.etcd.create(&key, &mine, lease).await {
                     Ok(true) => true,
                     // Claimed by this incarnation earlier, and not taken yet.
                     Ok(false) => self.owned_by(&key, &mine).await,
@@ -675,65 +823,79 @@ impl Shared {
                 }
                 continue;
             }
-            if let Some(volume) = self.due_to_release(&parts.volumes) {
-                self.release(volume, &mine, parts).await;
+            let due = self.due_to_release(&parts.volumes);
+            if !due.is_empty() {
+                self.release(&due, &mine, parts).await;
                 continue;
             }
             let _ = tokio::time::timeout(tick(self.ttl), self.changed.notified()).await;
         }
     }
 
-    /// A volume this node holds that rendezvous hashing gives another live node, once every
-    /// volume has an owner (moves wait for failures to be taken care of).
-    fn due_to_release(&self, volumes: &Volumes) -> Option<usize> {
+    /// The volumes this node holds that rendezvous hashing gives another live node, up to
+    /// [`MOVES_AT_ONCE`], once every volume has an owner (moves wait for failures to be taken
+    /// care of).
+    fn due_to_release(&self, volumes: &Volumes) -> Vec<usize> {
         let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
         if view.owners.iter().any(Option::is_none) {
-            return None;
+            return Vec::new();
         }
         let members = || view.members.keys().map(String::as_str);
-        (0..self.volume_count).find(|&volume| {
-            volumes.holds(volume)
-                && placement::owner_of(volume, members()).is_some_and(|pick| pick != self.node)
-        })
+        (0..self.volume_count)
+            .filter(|&volume| {
+                volumes.holds(volume)
+                    && placement::owner_of(volume, members()).is_some_and(|pick| pick != self.node)
+            })
+            .take(MOVES_AT_ONCE)
+            .collect()
     }
 
-    /// Hands volume `volume` to the node it falls to: its requests are answered `503` with
-    /// `Retry-After` meanwhile; its partitions stop and the volume closes; the replica ends
-    /// this node's segment of its history once everything landed; then the owner key goes,
-    /// and the node it falls to claims it and takes it without a seal.
-    async fn release(&self, volume: usize, mine: &[u8], parts: &Parts) {
-        *self
-            .releasing
-            .write()
-            .unwrap_or_else(PoisonError::into_inner) = Some(volume);
+    /// Hands `volumes` to the nodes they fall to, all at once: their requests are answered
+    /// `503` with `Retry-After` meanwhile; their partitions stop and the volumes close; the
+    /// replica ends this node's segment of each history once everything landed; then the
+    /// owner keys go, and the nodes they fall to claim them and take them without a seal.
+    async fn release(&self, volumes: &[usize], mine: &[u8], parts: &Parts) {
+        volumes.clone_into(
+            &mut self
+                .releasing
+                .write()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
         let started = Instant::now();
-        (parts.close_volume)(volume).await;
-        let released = parts.replicator.release(volume).await;
-        let outcome = match released {
-            Ok(()) => self
-                .etcd
-                .delete_if(&self.owner_key(volume), mine)
-                .await
-                .map(|_| ())
-                .map_err(|err| err.to_string()),
-            Err(err) => Err(err.to_string()),
-        };
-        match outcome {
-            Ok(()) => {
-                self.counters.releases.fetch_add(1, Ordering::Relaxed);
-                log::info!(
-                    "cluster: released volume {volume} in {:?}",
-                    started.elapsed()
-                );
+        futures_util::future::join_all(volumes.iter().map(|&volume| (parts.close_volume)(volume)))
+            .await;
+        let released = futures_util::future::join_all(volumes.iter().map(|&volume| async move {
+            let outcome = match parts.replicator.release(volume).await {
+                Ok(()) => self
+                    .etcd
+                    .delete_if(&self.owner_key(volume), mine)
+                    .await
+                    .map(|_| ())
+                    .map_err(|err| err.to_string()),
+                Err(err) => Err(err.to_string()),
+            };
+            (volume, outcome)
+        }))
+        .await;
+        for (volume, outcome) in released {
+            match outcome {
+                Ok(()) => {
+                    self.counters.releases.fetch_add(1, Ordering::Relaxed);
+                }
+                // The volume is closed here and its history may be ended: this node cannot
+                // serve it again as it is. A new incarnation takes it back, or another node
+                // does.
+                Err(err) => fail_stop(&format!("releasing volume {volume} failed: {err}")),
             }
-            // The volume is closed here and its history may be ended: this node cannot serve
-            // it again as it is. A new incarnation takes it back, or another node does.
-            Err(err) => fail_stop(&format!("releasing volume {volume} failed: {err}")),
         }
-        *self
-            .releasing
+        log::info!(
+            "cluster: released volumes {volumes:?} in {:?}",
+            started.elapsed()
+        );
+        self.releasing
             .write()
-            .unwrap_or_else(PoisonError::into_inner) = None;
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// Whether `key` holds `mine`.
@@ -751,11 +913,21 @@ impl Shared {
         let started = Instant::now();
         let taken = parts.replicator.take(claimed).await;
         let replayed = started.elapsed();
-        let opened = taken.map_err(|err| err.to_string()).and_then(|()| {
-            claimed
-                .iter()
-                .try_for_each(|&volume| parts.volumes.attach(volume).map_err(|err| err.to_string()))
-        });
+        let opened = match taken {
+            Err(err) => Err(err.to_string()),
+            // Opening many volumes takes seconds: off this runtime, whose watch and view reads
+            // must go on meanwhile.
+            Ok(()) => {
+                let (volumes, claimed) = (parts.volumes.clone(), claimed.to_vec());
+                tokio::task::spawn_blocking(move || {
+                    claimed.iter().try_for_each(|&volume| {
+                        volumes.attach(volume).map_err(|err| err.to_string())
+                    })
+                })
+                .await
+                .unwrap_or_else(|err| Err(err.to_string()))
+            }
+        };
         self.taking
             .write()
             .unwrap_or_else(PoisonError::into_inner)

@@ -95,6 +95,7 @@ impl LogBuilder {
                     &config.cold.s3(),
                     &storage.data_dir,
                     volume_count,
+                    cluster.as_ref().map(|_| config.cluster.name.as_str()),
                     replica_counters.clone(),
                 )
                 .map_err(cannot_take)?,

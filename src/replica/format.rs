@@ -1,6 +1,8 @@
 //! What the replica stores in the bucket, and under which keys.
 //!
 //! - `{prefix}/volumes`: how many volumes the bucket's data is spread over, fixed at first use.
+//! - `{prefix}/cluster`: the name of the cluster whose nodes write under the prefix, fixed by
+//!   its first node (absent while a single node writes there).
 //! - `{prefix}/wal/{node}/{inc}/{seq}`: a node incarnation's write-ahead stream. Each object is
 //!   a [`Window`] (what the node's volumes committed together) or a [`FENCE`] (the stream is
 //!   sealed there: another node took its volumes). Seq 0 claims the incarnation.
@@ -39,6 +41,10 @@ impl Keys {
 
     pub(crate) fn volumes(&self) -> String {
         format!("{}/volumes", self.prefix)
+    }
+
+    pub(crate) fn cluster(&self) -> String {
+        format!("{}/cluster", self.prefix)
     }
 
     /// The folder of every stream.

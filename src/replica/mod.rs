@@ -181,7 +181,8 @@ struct Node {
 
 impl Replicator {
     /// Claims a new incarnation of this node in the bucket (whose data must be spread over
-    /// `volumes` volumes) and starts its stream, holding no volume yet: [`Replicator::take`]
+    /// `volumes` volumes, and whose prefix must belong to `cluster`, or to no cluster when
+    /// `None`) and starts its stream, holding no volume yet: [`Replicator::take`]
     /// takes them. Blocks until the incarnation is claimed.
     ///
     /// # Errors
@@ -191,6 +192,7 @@ impl Replicator {
         s3: &S3Settings,
         data_dir: &Path,
         volumes: usize,
+        cluster: Option<&str>,
         counters: Arc<ReplicaCounters>,
     ) -> Result<Arc<Self>, ReplicaError> {
         let extra = data_dir.join(Volume::file_name(volumes));
@@ -206,13 +208,22 @@ impl Replicator {
             Duration::from_millis(settings.put_retry_ms),
         );
         let settings = settings.clone();
+        let cluster = cluster.map(str::to_owned);
         let data_dir = data_dir.to_owned();
         let outbox = Arc::new(Outbox::default());
         lock(&outbox.windows).next_seq = 1;
         let (started, claimed) = std::sync::mpsc::channel();
         let writer_outbox = outbox.clone();
         let runtime = crate::background::spawn("durability-replica", move || async move {
-            match Node::claim(objects, &settings, data_dir, volumes, counters).await {
+            let claimed = Node::claim(
+                objects,
+                &settings,
+                data_dir,
+                volumes,
+                cluster.as_deref(),
+                counters,
+            );
+            match claimed.await {
                 Ok(node) => {
                     let _ = started.send(Ok(node.clone()));
                     tokio::spawn(node.clone().collect_garbage());
@@ -317,11 +328,13 @@ impl Node {
         settings: &ReplicationSettings,
         data_dir: PathBuf,
         volumes: usize,
+        cluster: Option<&str>,
         counters: Arc<ReplicaCounters>,
     ) -> Result<Arc<Self>, ReplicaError> {
         let keys = Keys::new(&settings.prefix);
         let node = settings.node();
         take::fix_volume_count(&objects, &keys, volumes).await?;
+        take::fix_cluster(&objects, &keys, cluster).await?;
         let inc = take::claim(&objects, &keys, &node).await?;
         log::info!("replica: claimed incarnation {inc} of {node}");
         Ok(Arc::new(Self {

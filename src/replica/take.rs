@@ -94,6 +94,40 @@ pub(super) async fn fix_volume_count(
     )))
 }
 
+/// Checks that the bucket's prefix belongs to cluster `cluster` (`None`: to no cluster, a single
+/// node), recording the name at a cluster's first use: two clusters writing under one prefix
+/// would seal each other's streams.
+pub(super) async fn fix_cluster(
+    objects: &Objects,
+    keys: &Keys,
+    cluster: Option<&str>,
+) -> Result<(), ReplicaError> {
+    let key = keys.cluster();
+    let mut found = objects.get(&key).await?.map(|(bytes, _)| bytes);
+    if found.is_none()
+        && let Some(name) = cluster
+    {
+        found = match objects.create(&key, name.as_bytes()).await? {
+            Put::Stored(_) => return Ok(()),
+            Put::ConditionFailed => objects.get(&key).await?.map(|(bytes, _)| bytes),
+        };
+    }
+    let found = found.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+    match (found.as_deref(), cluster) {
+        (None, None) => Ok(()),
+        (Some(found), Some(name)) if found == name => Ok(()),
+        (Some(found), Some(name)) => Err(ReplicaError::Refused(format!(
+            "the bucket's prefix belongs to cluster \"{found}\" ({key}), and this node's \
+             cluster.name is \"{name}\": give each cluster a replication.prefix of its own"
+        ))),
+        (Some(found), None) => Err(ReplicaError::Refused(format!(
+            "the bucket's prefix belongs to cluster \"{found}\" ({key}), and this node is in \
+             no cluster: give it that cluster's settings, or a replication.prefix of its own"
+        ))),
+        (None, Some(_)) => Err(ReplicaError::Refused(format!("{key} vanished"))),
+    }
+}
+
 /// Claims a new incarnation of `node`: one past the largest listed, or the next free.
 pub(super) async fn claim(objects: &Objects, keys: &Keys, node: &str) -> Result<u64, ReplicaError> {
     let listed = objects.folders(&keys.incarnations(node)).await?;
