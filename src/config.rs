@@ -309,6 +309,9 @@ pub struct ReplicationSettings {
     /// ... or once this long passed since its last snapshot with something landed. Default:
     /// 10 min.
     pub snapshot_interval_ms: u64,
+    /// ... or once its history reaches this many windows of the node's stream back (what a
+    /// node taking it over replays at most). Default: 4096.
+    pub snapshot_windows: u64,
     /// How long an object no volume's history needs is kept before it is deleted. Default: 1 h.
     pub gc_grace_ms: u64,
 }
@@ -371,6 +374,7 @@ impl ReplicationSettings {
             "replication.snapshot_interval_ms",
             self.snapshot_interval_ms,
         )?;
+        positive("replication.snapshot_windows", self.snapshot_windows)?;
         positive("replication.put_retry_ms", self.put_retry_ms)
     }
 }

@@ -88,8 +88,14 @@ impl Node {
         Ok(())
     }
 
-    /// Stores a copy of volume `volume` and makes its manifest start from it.
+    /// Shortens volume `volume`'s history: where it changed nothing since its snapshot, its
+    /// chain starts after the newest window landed, with no new snapshot; else a copy of it is
+    /// stored and the manifest starts from that (its chain starting after the newest window
+    /// landed too when the volume changed nothing since the copy).
     async fn snapshot(&self, volume: usize) -> Result<(), ReplicaError> {
+        if self.advance(volume, None).await? {
+            return Ok(());
+        }
         let path = self.data_dir.join(crate::store::Volume::file_name(volume));
         let (position, bytes) = tokio::task::spawn_blocking(move || super::copy_of(&path))
             .await
@@ -100,32 +106,125 @@ impl Node {
         self.wait_for_landing(&position).await?;
         let key = self.keys.snapshot(volume, &position);
         self.objects.create(&key, &bytes).await?;
+        let snapshot = Snapshot { key, position };
+        if self.advance(volume, Some(&snapshot)).await? {
+            log::info!("replica: volume {volume} snapshotted ({} bytes)", bytes.len());
+            return Ok(());
+        }
         let mut held = self.volumes[volume].lock().await;
         let Some(held) = held.as_mut() else {
             return Ok(());
         };
-        let Some(chain) = held.manifest.chain_after(&position) else {
+        let Some(chain) = held.manifest.chain_after(&snapshot.position) else {
             return Err(ReplicaError::Refused(format!(
-                "volume {volume}'s copy stands at {position:?}, which its history does not hold"
+                "volume {volume}'s copy stands at {:?}, which its history does not hold",
+                snapshot.position
             )));
         };
         let next = Manifest {
             version: held.manifest.version + 1,
-            snapshot: Some(Snapshot { key, position }),
+            snapshot: Some(snapshot),
             chain,
             ..held.manifest.clone()
         };
+        self.replace_manifest(volume, held, next).await?;
+        log::info!("replica: volume {volume} snapshotted ({} bytes)", bytes.len());
+        Ok(())
+    }
+
+    /// Starts volume `volume`'s history at `snapshot` (none: the one its manifest names) with
+    /// a chain of this incarnation's segment alone, from the window after the newest landed,
+    /// when no window of the history after the snapshot holds a change of the volume. Answers
+    /// whether it did (or the volume is not held here any more).
+    async fn advance(&self, volume: usize, snapshot: Option<&Snapshot>) -> Result<bool, ReplicaError> {
+        // Landed first: a change submitted after this read joins a window past it.
+        let landed = self.landed.load(Ordering::SeqCst);
+        let submitted = self.submitted[volume].load(Ordering::SeqCst);
+        let mut held = self.volumes[volume].lock().await;
+        let Some(held) = held.as_mut() else {
+            return Ok(true);
+        };
+        let Some(own) = held.manifest.chain.last().filter(|own| {
+            own.node == self.node && own.inc == self.inc && own.end.is_none()
+        }) else {
+            return Ok(false);
+        };
+        let from = match snapshot {
+            // A copy holds every window through its position; those after it changed nothing
+            // of the volume, but for this incarnation's own windows since.
+            Some(snapshot) => &snapshot.position,
+            None => {
+                // Without a new copy, only a chain of this incarnation's segment alone may be
+                // skipped: an earlier segment holds changes the snapshot lacks.
+                if held.manifest.chain.len() > 1 {
+                    return Ok(false);
+                }
+                match &held.manifest.snapshot {
+                    Some(snapshot) => &snapshot.position,
+                    None if submitted < own.first => {
+                        return self.start_chain_at(volume, held, None, landed + 1).await;
+                    }
+                    None => return Ok(false),
+                }
+            }
+        };
+        let quiet = if from.node == self.node && from.inc == self.inc {
+            submitted <= from.seq
+        } else {
+            submitted < own.first
+        };
+        if !quiet {
+            return Ok(false);
+        }
+        let snapshot = snapshot.or(held.manifest.snapshot.as_ref()).cloned();
+        self.start_chain_at(volume, held, snapshot, landed + 1).await
+    }
+
+    /// Writes volume `volume`'s manifest with `snapshot` and this incarnation's segment alone
+    /// from window `first` (where it starts later than now).
+    async fn start_chain_at(
+        &self,
+        volume: usize,
+        held: &mut super::Held,
+        snapshot: Option<Snapshot>,
+        first: u64,
+    ) -> Result<bool, ReplicaError> {
+        let Some(own) = held.manifest.chain.last() else {
+            return Ok(false);
+        };
+        let own = super::format::Segment {
+            first: first.max(own.first),
+            ..own.clone()
+        };
+        if snapshot == held.manifest.snapshot && held.manifest.chain == [own.clone()] {
+            return Ok(true);
+        }
+        let next = Manifest {
+            version: held.manifest.version + 1,
+            snapshot,
+            chain: vec![own],
+            ..held.manifest.clone()
+        };
+        self.replace_manifest(volume, held, next).await?;
+        Ok(true)
+    }
+
+    /// Replaces volume `volume`'s manifest by `next` (`If-Match` the one `held` last wrote).
+    async fn replace_manifest(
+        &self,
+        volume: usize,
+        held: &mut super::Held,
+        next: Manifest,
+    ) -> Result<(), ReplicaError> {
         match self
             .objects
             .replace(&self.keys.manifest(volume), &next.encode(), &held.etag)
             .await?
         {
             Put::Stored(etag) => {
-                log::info!(
-                    "replica: volume {volume} snapshotted ({} bytes)",
-                    bytes.len()
-                );
-                self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
+                if next.snapshot != held.manifest.snapshot {
+                    self.counters.snapshots.fetch_add(1, Ordering::Relaxed);
+                }
                 held.manifest = next;
                 held.etag = etag;
                 held.since_snapshot = 0;

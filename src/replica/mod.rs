@@ -177,6 +177,16 @@ struct Node {
     counters: Arc<ReplicaCounters>,
     /// The newest window stored: a snapshot of a copy holding windows beyond it waits.
     landed: AtomicU64,
+    /// Each volume's newest window of this incarnation's stream holding its changes (0: none):
+    /// the windows after it hold none, so a history may skip them.
+    submitted: Vec<AtomicU64>,
+    /// Each volume's window of this stream from which its history was last shortened (taken,
+    /// snapshotted or advanced): once the stream is `snapshot_windows` past it, the volume is
+    /// snapshotted, so that a taker never replays much more than that.
+    replay_from: Vec<AtomicU64>,
+    /// `replication.snapshot_windows`: windows of the stream past which a volume's history is
+    /// shortened (snapshotted, or, when the volume changed nothing meanwhile, started later).
+    snapshot_windows: u64,
 }
 
 impl Replicator {
@@ -354,6 +364,9 @@ impl Node {
             gc_grace: Duration::from_millis(settings.gc_grace_ms),
             counters,
             landed: AtomicU64::new(0),
+            submitted: (0..volumes).map(|_| AtomicU64::new(0)).collect(),
+            replay_from: (0..volumes).map(|_| AtomicU64::new(0)).collect(),
+            snapshot_windows: settings.snapshot_windows,
         }))
     }
 
@@ -394,6 +407,7 @@ impl Node {
                 long.push(volume);
             }
             self.epochs[volume].store(manifest.epoch, Ordering::SeqCst);
+            self.replay_from[volume].store(first, Ordering::SeqCst);
             let mut held = self.volumes[volume].lock().await;
             if held.is_none() {
                 self.held.fetch_add(1, Ordering::SeqCst);
@@ -451,6 +465,25 @@ impl Node {
         }
     }
 
+    /// Starts the snapshot of every volume held whose history reaches more than
+    /// `snapshot_windows` before window `seq`, which just landed.
+    async fn bound_replays(self: &Arc<Self>, seq: u64) {
+        for volume in 0..self.volumes.len() {
+            let from = self.replay_from[volume].load(Ordering::SeqCst);
+            if seq.saturating_sub(from) < self.snapshot_windows {
+                continue;
+            }
+            let mut held = self.volumes[volume].lock().await;
+            let Some(held) = held.as_mut() else { continue };
+            if !held.snapshotting {
+                held.snapshotting = true;
+                // Not again before the stream moved on as far, whatever the snapshot does.
+                self.replay_from[volume].store(seq, Ordering::SeqCst);
+                tokio::spawn(self.clone().snapshot_and_collect(volume));
+            }
+        }
+    }
+
     /// Counts `bytes` landed for volume `volume`, and starts its snapshot when one is due.
     async fn landed(self: &Arc<Self>, volume: usize, bytes: usize) {
         let mut held = self.volumes[volume].lock().await;
@@ -504,6 +537,7 @@ impl Stream for Replicator {
             on_landed,
         });
         let seq = window.seq;
+        self.node.submitted[volume].store(seq, Ordering::SeqCst);
         drop(windows);
         self.outbox.submitted.notify_one();
         Ok(Position {
@@ -698,6 +732,9 @@ impl StreamWriter {
                 if bytes > 0 {
                     self.node.landed(volume, bytes).await;
                 }
+            }
+            if stored.seq % BATCH_WINDOWS as u64 == 0 {
+                self.node.bound_replays(stored.seq).await;
             }
         }
     }

@@ -1606,3 +1606,85 @@ fn a_take_reads_a_long_history_through_its_batches() {
         "{gets} window GETs to take a history of {WINDOWS} windows"
     );
 }
+
+/// How many windows a node taking a volume over replays at most, by its manifest: each
+/// segment from its first window to its end, or to `newest` (the stream's newest window) while
+/// it is open.
+fn replay_span(manifest: &Value, newest: u64) -> u64 {
+    manifest["chain"]
+        .as_array()
+        .expect("a chain")
+        .iter()
+        .map(|segment| {
+            let first = segment["first"].as_u64().expect("a first window");
+            let end = segment["end"].as_u64().unwrap_or(newest + 1);
+            end.saturating_sub(first)
+        })
+        .sum()
+}
+
+/// With `snapshot_windows` at 128, one volume written a window at a time and the others idle:
+/// every volume's history stays within about 128 windows of the stream (plus a batch, as the
+/// bound is looked at every 64 windows), the busy one through snapshots, the idle ones without
+/// any (their histories just start later), and a node rebuilt from the bucket holds every
+/// record.
+#[test]
+fn every_history_stays_within_the_replay_bound() {
+    const WINDOWS: usize = 600;
+    const BOUND: u64 = 128;
+    let s3 = block_on(fresh_s3_bucket());
+    let first = temp_dir();
+    let settings = [("DURABILITY__REPLICATION__SNAPSHOT_WINDOWS", "128")];
+    let mut node = start_node(first.path(), &s3, &s3.endpoint, "bounded", &settings);
+    append_windows(node.addr, WINDOWS, "bounded");
+    let bucket = bucket_of(&s3);
+    let spans = || {
+        let keys = block_on(stream_keys(&bucket, &format!("{PREFIX}/")));
+        let newest = keys
+            .iter()
+            .filter_map(|key| key.strip_prefix(&format!("{PREFIX}/wal/bounded/0000000001/")))
+            .filter_map(|seq| seq.parse::<u64>().ok())
+            .max()
+            .expect("windows");
+        keys.iter()
+            .filter(|key| key.ends_with("/manifest"))
+            .map(|key| {
+                let manifest: Value =
+                    serde_json::from_str(&block_on(get_text(&bucket, key))).expect("a manifest");
+                (key.clone(), replay_span(&manifest, newest))
+            })
+            .collect::<Vec<_>>()
+    };
+    // Shortening runs behind the writes: the spans are read once it caught up, or after 20 s.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let spans = loop {
+        let spans = spans();
+        if spans.iter().all(|(_, span)| *span <= BOUND + 64) || Instant::now() >= deadline {
+            break spans;
+        }
+        thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        spans.iter().all(|(_, span)| *span <= BOUND + 64),
+        "a taker replays at most {BOUND} windows and a batch: {spans:?}"
+    );
+    let keys = block_on(stream_keys(&bucket, &format!("{PREFIX}/vol/")));
+    let snapshotted: BTreeSet<&str> = keys
+        .iter()
+        .filter(|key| key.contains("/snapshot/"))
+        .filter_map(|key| key.split("/snapshot/").next())
+        .collect();
+    assert_eq!(
+        snapshotted.len(),
+        1,
+        "only the volume written to was snapshotted: {snapshotted:?}"
+    );
+
+    node.kill();
+    let second = temp_dir();
+    let node = start_node(second.path(), &s3, &s3.endpoint, "bounded", &settings);
+    let expected: Vec<(u64, String)> = (0..WINDOWS)
+        .map(|n| (n as u64, format!("bounded-{n}")))
+        .collect();
+    assert_eq!(keyed_offsets(&read_all(node.addr, 0)), expected);
+}
