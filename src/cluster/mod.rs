@@ -665,7 +665,8 @@ impl Shared {
             inc,
         };
         let value = serde_json::to_vec(&member).expect("serializes");
-        etcd.put(&self.member_key(&self.node), &value, lease).await?;
+        etcd.put(&self.member_key(&self.node), &value, lease)
+            .await?;
         let mine = serde_json::to_vec(&Owner {
             node: self.node.clone(),
             inc,

@@ -108,7 +108,10 @@ impl Node {
         self.objects.create(&key, &bytes).await?;
         let snapshot = Snapshot { key, position };
         if self.advance(volume, Some(&snapshot)).await? {
-            log::info!("replica: volume {volume} snapshotted ({} bytes)", bytes.len());
+            log::info!(
+                "replica: volume {volume} snapshotted ({} bytes)",
+                bytes.len()
+            );
             return Ok(());
         }
         let mut held = self.volumes[volume].lock().await;
@@ -128,7 +131,10 @@ impl Node {
             ..held.manifest.clone()
         };
         self.replace_manifest(volume, held, next).await?;
-        log::info!("replica: volume {volume} snapshotted ({} bytes)", bytes.len());
+        log::info!(
+            "replica: volume {volume} snapshotted ({} bytes)",
+            bytes.len()
+        );
         Ok(())
     }
 
@@ -136,7 +142,11 @@ impl Node {
     /// a chain of this incarnation's segment alone, from the window after the newest landed,
     /// when no window of the history after the snapshot holds a change of the volume. Answers
     /// whether it did (or the volume is not held here any more).
-    async fn advance(&self, volume: usize, snapshot: Option<&Snapshot>) -> Result<bool, ReplicaError> {
+    async fn advance(
+        &self,
+        volume: usize,
+        snapshot: Option<&Snapshot>,
+    ) -> Result<bool, ReplicaError> {
         // Landed first: a change submitted after this read joins a window past it.
         let landed = self.landed.load(Ordering::SeqCst);
         let submitted = self.submitted[volume].load(Ordering::SeqCst);
@@ -144,9 +154,12 @@ impl Node {
         let Some(held) = held.as_mut() else {
             return Ok(true);
         };
-        let Some(own) = held.manifest.chain.last().filter(|own| {
-            own.node == self.node && own.inc == self.inc && own.end.is_none()
-        }) else {
+        let Some(own) = held
+            .manifest
+            .chain
+            .last()
+            .filter(|own| own.node == self.node && own.inc == self.inc && own.end.is_none())
+        else {
             return Ok(false);
         };
         let from = match snapshot {
@@ -177,7 +190,8 @@ impl Node {
             return Ok(false);
         }
         let snapshot = snapshot.or(held.manifest.snapshot.as_ref()).cloned();
-        self.start_chain_at(volume, held, snapshot, landed + 1).await
+        self.start_chain_at(volume, held, snapshot, landed + 1)
+            .await
     }
 
     /// Writes volume `volume`'s manifest with `snapshot` and this incarnation's segment alone

@@ -1,7 +1,7 @@
 //! Integration tests: one binary, one module per area.
 
 mod actors;
-mod cluster;
+pub(crate) mod cluster;
 mod cold;
 mod cold_faults;
 mod common;
