@@ -774,7 +774,7 @@ impl Shared {
 
     /// Reads the view whenever the keys change (and every [`tick`]), takes the volumes due to
     /// this node and, once every volume has an owner, hands the volumes it holds that fall to
-    /// another node to that node, one at a time, for ever.
+    /// another node to that node, a few at a time, for ever.
     async fn claim_forever(&self, parts: &Parts) {
         let mine = serde_json::to_vec(&Owner {
             node: self.node.clone(),
