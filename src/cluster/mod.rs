@@ -576,6 +576,8 @@ impl Shared {
     ) {
         let etcd = Etcd::new(self.endpoints.clone(), ETCD_TIMEOUT);
         let mut renewed = Instant::now();
+        // The lease held before a detach: etcd may still know it.
+        let mut previous = 0;
         loop {
             tokio::time::sleep(self.ttl / 3).await;
             if self.leaving.load(Ordering::SeqCst) {
@@ -597,7 +599,7 @@ impl Shared {
                 fail_stop("this node's writes could not land in the bucket for its lease's TTL");
             }
             if lease == 0 {
-                let rejoined = self.rejoin(&etcd, inc).await;
+                let rejoined = self.rejoin(&etcd, inc, previous).await;
                 self.renewing(rejoined.is_ok());
                 match rejoined {
                     Ok(lease) => {
@@ -618,6 +620,7 @@ impl Shared {
                 Err(err) => log::warn!("cluster: renewing the lease failed: {err}"),
             }
             if self.lease.load(Ordering::SeqCst) != 0 && renewed.elapsed() >= self.ttl {
+                previous = lease;
                 self.detach("this node could not renew its etcd lease for its whole TTL");
             }
         }
@@ -655,10 +658,14 @@ impl Shared {
         );
     }
 
-    /// Joins again after a detach: a new lease, this incarnation's member key, and the owner
-    /// keys of the volumes it holds where no other node claimed them meanwhile (one that did
-    /// takes the volume, sealing this node's stream). Answers the new lease.
-    async fn rejoin(&self, etcd: &Etcd, inc: u64) -> Result<LeaseId, EtcdError> {
+    /// Joins again after a detach: under lease `previous` when etcd still knows it (its keys
+    /// are still there), else under a new lease, with this incarnation's member key and the
+    /// owner keys of the volumes it holds. A volume another node claimed meanwhile stops the
+    /// node (that node's take seals this node's stream). Answers the lease.
+    async fn rejoin(&self, etcd: &Etcd, inc: u64, previous: LeaseId) -> Result<LeaseId, EtcdError> {
+        if previous != 0 && etcd.keep_alive(previous).await? {
+            return Ok(previous);
+        }
         let lease = etcd.grant(self.ttl).await?;
         let member = Member {
             url: self.url.clone(),
@@ -679,11 +686,16 @@ impl Shared {
         });
         for volume in held {
             let key = self.owner_key(volume);
-            if !etcd.create(&key, &mine, lease).await? {
-                log::warn!(
-                    "cluster: volume {volume} was claimed by another node while this node was \
-                     detached; its take seals this node's stream"
-                );
+            if etcd.create(&key, &mine, lease).await? {
+                continue;
+            }
+            let (found, _) = etcd.prefix(&key).await?;
+            if found.iter().any(|kv| kv.key == key && kv.value != mine) {
+                // Its take seals this node's stream, if it has not yet: what this node holds
+                // of the volume is no longer the log.
+                fail_stop(&format!(
+                    "volume {volume} was claimed by another node while this node was detached"
+                ));
             }
         }
         Ok(lease)
