@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -15,15 +15,17 @@ use crate::external::{self, Running, exchange, free_port};
 /// Volumes of the benchmark's clusters (each node opens the volumes it holds).
 const VOLUMES: usize = 16;
 /// Volumes of the clusters failed under load: the default.
-const DEFAULT_VOLUMES: usize = 256;
+pub(crate) const DEFAULT_VOLUMES: usize = 256;
 /// Seconds of load spread over 2,048 partitions before a loaded failover.
 const LOAD_BEFORE_KILL: Duration = Duration::from_secs(20);
 /// Topics of 8 partitions that load spreads over.
-const LOADED_TOPICS: u32 = 256;
+pub(crate) const LOADED_TOPICS: u32 = 256;
 /// The nodes' etcd lease (the default).
-const LEASE_TTL_MS: u64 = 5000;
+pub(crate) const LEASE_TTL_MS: u64 = 5000;
 /// Connections of the load, over all nodes.
 const CONNECTIONS: usize = 48;
+/// Connections to each node of the loads spread over 2,048 partitions ([`spread_load`]).
+pub(crate) const LOADED_CONNECTIONS: usize = CONNECTIONS / 6;
 
 /// Appends per second with `nodes` nodes.
 pub struct Scale {
@@ -69,7 +71,7 @@ pub struct LoadedFailover {
 }
 
 /// One etcd member on free ports in `dir`.
-fn etcd(dir: &Path) -> (Running, SocketAddr) {
+pub(crate) fn etcd(dir: &Path) -> (Running, SocketAddr) {
     let (client, peer) = (free_port(), free_port());
     let address = SocketAddr::from(([127, 0, 0, 1], client));
     let (client_url, peer_url) = (
@@ -112,16 +114,16 @@ fn etcd_revision(etcd: SocketAddr) -> u64 {
 }
 
 /// A node of cluster `name`: its process, address and pid.
-struct Node {
-    name: String,
-    address: SocketAddr,
-    dir: std::path::PathBuf,
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) address: SocketAddr,
+    dir: PathBuf,
     command: Vec<(String, String)>,
     running: Option<(Running, u32)>,
 }
 
 impl Node {
-    fn start(
+    pub(crate) fn start(
         binary: &Path,
         dir: &Path,
         name: &str,
@@ -178,7 +180,8 @@ impl Node {
         node
     }
 
-    fn restart(&mut self, binary: &Path) {
+    /// Starts the node's process again on its data folder (a new incarnation).
+    pub(crate) fn restart(&mut self, binary: &Path) {
         let child = Command::new(binary)
             .env("DURABILITY__STORAGE__DATA_DIR", &self.dir)
             .envs(self.command.iter().map(|(key, value)| (key, value)))
@@ -190,7 +193,8 @@ impl Node {
         external::wait_for(self.address);
     }
 
-    fn kill(&mut self) {
+    /// `kill -9` of the node's process.
+    pub(crate) fn kill(&mut self) {
         self.running = None;
     }
 
@@ -200,7 +204,7 @@ impl Node {
 }
 
 /// `GET /cluster` of `node`.
-fn view(node: SocketAddr) -> serde_json::Value {
+pub(crate) fn view(node: SocketAddr) -> serde_json::Value {
     let answer = exchange(
         node,
         &format!("GET /cluster HTTP/1.1\r\nHost: {node}\r\nConnection: close\r\n\r\n"),
@@ -211,7 +215,7 @@ fn view(node: SocketAddr) -> serde_json::Value {
 
 /// Waits until `node` sees `members` members with every one of `volumes` volumes where
 /// rendezvous hashing puts it; answers each volume's owner.
-fn settled(node: SocketAddr, members: usize, volumes: usize) -> Vec<String> {
+pub(crate) fn settled(node: SocketAddr, members: usize, volumes: usize) -> Vec<String> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let view = view(node);
@@ -252,7 +256,7 @@ fn partition_of(owners: &[String], owner: &str, not: &[u32]) -> u32 {
 }
 
 /// Window PUTs the node has stored so far (`durability_replica_windows_total`).
-fn windows(node: SocketAddr) -> f64 {
+pub(crate) fn windows(node: SocketAddr) -> f64 {
     let answer = exchange(
         node,
         &format!("GET /metrics HTTP/1.1\r\nHost: {node}\r\nConnection: close\r\n\r\n"),
@@ -266,7 +270,7 @@ fn windows(node: SocketAddr) -> f64 {
 
 /// One single-record append to `partition` of `topic` through `node`: whether it was
 /// acknowledged.
-fn append(node: SocketAddr, topic: &str, partition: u32, payload: &str) -> bool {
+pub(crate) fn append(node: SocketAddr, topic: &str, partition: u32, payload: &str) -> bool {
     let body = format!("[{{\"payload\":{payload}}}]");
     let Ok(mut stream) = std::net::TcpStream::connect(node) else {
         return false;
@@ -417,59 +421,11 @@ fn loaded_failover(
         })
         .collect();
     let owners = settled(nodes[0].address, nodes.len(), DEFAULT_VOLUMES);
-    let body = dir.join("loaded.json");
-    std::fs::write(&body, format!("[{{\"payload\":{payload}}}]")).unwrap();
-    let script = dir.join("loaded.lua");
-    // Counts each answer's status: some are `503` while the view settles, and are retried by
-    // real clients.
-    std::fs::write(
-        &script,
-        format!(
-            "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nlocal f = io.open(\"{}\")\nlocal body = f:read(\"*a\")\nf:close()\nlocal threads = {{}}\nfunction setup(thread) table.insert(threads, thread) end\nfunction init(args) statuses = {{}} end\nrequest = function()\n  return wrk.format(nil, \"/topics/t\" .. math.random(0, {}) .. \"/partitions/\" .. math.random(0, 7) .. \"/records\", nil, body)\nend\nfunction response(status, headers, body) statuses[status] = (statuses[status] or 0) + 1 end\nfunction done(summary, latency, requests)\n  for _, thread in ipairs(threads) do\n    for status, count in pairs(thread:get(\"statuses\")) do io.write(string.format(\"status %d %d\\n\", status, count)) end\n  end\nend\n",
-            body.display(),
-            LOADED_TOPICS - 1
-        ),
-    )
-    .unwrap();
-    let loads: Vec<_> = nodes
-        .iter()
-        .map(|node| {
-            let (url, script) = (format!("http://{}", node.address), script.clone());
-            std::thread::spawn(move || {
-                external::wrk_output(&url, CONNECTIONS / 6, &script, LOAD_BEFORE_KILL)
-            })
-        })
-        .collect();
-    let mut refused = BTreeMap::new();
-    let mut answers = 0;
-    for load in loads {
-        let (measured, text) = load.join().unwrap();
-        answers += measured.requests;
-        for line in text.lines() {
-            let mut words = line.split_whitespace();
-            if let (Some("status"), Some(status), Some(count)) =
-                (words.next(), words.next(), words.next())
-                && let (Ok(status), Ok(count)) = (status.parse::<u16>(), count.parse::<u64>())
-                && !(200..300).contains(&status)
-            {
-                *refused.entry(status).or_insert(0) += count;
-            }
-        }
-    }
+    let script = loaded_script(dir, payload);
+    let (answers, refused) = spread_load(&nodes, &script, LOAD_BEFORE_KILL);
     eprintln!("  loaded: {answers} answers, not 2xx: {refused:?}");
-    let victim = nodes
-        .iter()
-        .max_by_key(|node| owners.iter().filter(|owner| **owner == node.name).count())
-        .map(|node| node.name.clone())
-        .unwrap();
-    let (topic, partition) = (0..LOADED_TOPICS)
-        .flat_map(|topic| (0..8).map(move |partition| (format!("t{topic}"), partition)))
-        .find(|(topic, partition)| {
-            let id = durability::names::PartitionId::new(topic, *partition).unwrap();
-            owners[durability::cluster::placement::volume_of(&id, owners.len())] == victim
-        })
-        .expect("a partition of the killed node's");
-    let at = nodes.iter().position(|node| node.name == victim).unwrap();
+    let at = most_volumes(&nodes, &owners);
+    let (topic, partition) = loaded_partition_of(&owners, &nodes[at].name);
     let survivor = nodes[(at + 1) % nodes.len()].address;
     let stream = windows(nodes[at].address);
     nodes[at].kill();
@@ -489,6 +445,83 @@ fn loaded_failover(
         answers,
         refused,
     }
+}
+
+/// The wrk script of the loads before a failover, in `dir`: single-record POSTs of `payload`,
+/// each to a random one of the 8 partitions of a random one of [`LOADED_TOPICS`] topics. At
+/// the end it prints how many answers each status had, a line each (`status 503 12`): see
+/// [`spread_load`].
+pub(crate) fn loaded_script(dir: &Path, payload: &str) -> PathBuf {
+    let body = dir.join("loaded.json");
+    std::fs::write(&body, format!("[{{\"payload\":{payload}}}]")).unwrap();
+    let script = dir.join("loaded.lua");
+    std::fs::write(
+        &script,
+        format!(
+            "wrk.method = \"POST\"\nwrk.headers[\"Content-Type\"] = \"application/json\"\nlocal f = io.open(\"{}\")\nlocal body = f:read(\"*a\")\nf:close()\nlocal threads = {{}}\nfunction setup(thread) table.insert(threads, thread) end\nfunction init(args) statuses = {{}} end\nrequest = function()\n  return wrk.format(nil, \"/topics/t\" .. math.random(0, {}) .. \"/partitions/\" .. math.random(0, 7) .. \"/records\", nil, body)\nend\nfunction response(status, headers, body) statuses[status] = (statuses[status] or 0) + 1 end\nfunction done(summary, latency, requests)\n  for _, thread in ipairs(threads) do\n    for status, count in pairs(thread:get(\"statuses\")) do io.write(string.format(\"status %d %d\\n\", status, count)) end\n  end\nend\n",
+            body.display(),
+            LOADED_TOPICS - 1
+        ),
+    )
+    .unwrap();
+    script
+}
+
+/// Runs the [`loaded_script`] `script` through every node of `nodes` at once for `duration`,
+/// [`LOADED_CONNECTIONS`] connections each. Answers how many answers came, and those that were
+/// not `2xx` by status: some are `503` while the view settles, and are retried by real clients.
+pub(crate) fn spread_load(
+    nodes: &[Node],
+    script: &Path,
+    duration: Duration,
+) -> (u64, BTreeMap<u16, u64>) {
+    let loads: Vec<_> = nodes
+        .iter()
+        .map(|node| {
+            let (url, script) = (format!("http://{}", node.address), script.to_owned());
+            std::thread::spawn(move || {
+                external::wrk_output(&url, LOADED_CONNECTIONS, &script, duration)
+            })
+        })
+        .collect();
+    let mut refused = BTreeMap::new();
+    let mut answers = 0;
+    for load in loads {
+        let (measured, text) = load.join().unwrap();
+        answers += measured.requests;
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            if let (Some("status"), Some(status), Some(count)) =
+                (words.next(), words.next(), words.next())
+                && let (Ok(status), Ok(count)) = (status.parse::<u16>(), count.parse::<u64>())
+                && !(200..300).contains(&status)
+            {
+                *refused.entry(status).or_insert(0) += count;
+            }
+        }
+    }
+    (answers, refused)
+}
+
+/// Where in `nodes` the node holding the most volumes of `owners` (each volume's owner) is.
+pub(crate) fn most_volumes(nodes: &[Node], owners: &[String]) -> usize {
+    nodes
+        .iter()
+        .enumerate()
+        .max_by_key(|(_, node)| owners.iter().filter(|owner| **owner == node.name).count())
+        .map(|(at, _)| at)
+        .unwrap()
+}
+
+/// A partition of the [`loaded_script`]'s topics whose volume `owner` holds.
+pub(crate) fn loaded_partition_of(owners: &[String], owner: &str) -> (String, u32) {
+    (0..LOADED_TOPICS)
+        .flat_map(|topic| (0..8).map(move |partition| (format!("t{topic}"), partition)))
+        .find(|(topic, partition)| {
+            let id = durability::names::PartitionId::new(topic, *partition).unwrap();
+            owners[durability::cluster::placement::volume_of(&id, owners.len())] == owner
+        })
+        .expect("a partition of the node's")
 }
 
 /// Direct and forwarded single-record appends from 16 connections to node a.
@@ -525,19 +558,10 @@ fn forwarded(nodes: &[Node], owners: &[String], script: &Path, budget: Duration)
 /// the seconds, and etcd's writes from the kill to the volumes' takeover.
 fn failover(binary: &Path, nodes: &mut [Node], etcd: SocketAddr, payload: &str) -> (f64, u64) {
     let owners = settled(nodes[0].address, nodes.len(), VOLUMES);
-    let victim = nodes
-        .iter()
-        .max_by_key(|node| owners.iter().filter(|owner| **owner == node.name).count())
-        .map(|node| node.name.clone())
-        .unwrap();
-    let partition = partition_of(&owners, &victim, &[]);
-    let survivor = nodes
-        .iter()
-        .find(|node| node.name != victim)
-        .unwrap()
-        .address;
+    let at = most_volumes(nodes, &owners);
+    let partition = partition_of(&owners, &nodes[at].name, &[]);
+    let survivor = nodes[if at == 0 { 1 } else { 0 }].address;
     let before = etcd_revision(etcd);
-    let at = nodes.iter().position(|node| node.name == victim).unwrap();
     nodes[at].kill();
     let killed = Instant::now();
     while !append(survivor, "bench", partition, payload) {

@@ -12,16 +12,20 @@
 //! one section: `throughput` (which latency needs), `cpu` (needs `--server`; `--floor`, the
 //! `http_floor` example, adds the framework's floor), `cold`, `partitions` (needs `--server`),
 //! `scale`, `million` (needs `--server`), `replication` (needs `--server`, and starts
-//! `scripts/s3-server`) or `cluster` (needs `--server` and etcd; starts the S3 server, one etcd
+//! `scripts/s3-server`), `cluster` (needs `--server` and etcd; starts the S3 server, one etcd
 //! member and up to three nodes; `--quick` kills 5 nodes instead of 20, and fails 1 loaded
-//! cluster of 256 volumes instead of 3). Writes `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only`
-//! replaces only what that section writes in them (`throughput`: the goals it measures, the
-//! throughput and latency tables; `cold` writes nothing there).
+//! cluster of 256 volumes instead of 3) or `failovers` (needs `--server` and etcd; starts the S3
+//! server, one etcd member and one cluster of three nodes of 256 volumes, then 20 rounds of
+//! 10 s of load, a `kill -9` and a restart; `--quick` runs 5 rounds). Writes
+//! `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only` replaces only what that section
+//! writes in them (`throughput`: the goals it measures, the throughput and latency tables;
+//! `cold` writes nothing there).
 
 mod cluster;
 mod cpu;
 mod embedded;
 mod external;
+mod failovers;
 mod latency;
 mod million;
 mod partitions;
@@ -272,6 +276,14 @@ fn main() {
             kills,
             loaded_rounds,
         ));
+    }
+
+    if let Some(binary) = args.server.as_ref().filter(|_| {
+        args.runs("failovers") && external::installed("wrk") && external::installed("etcd")
+    }) {
+        eprintln!("repeated failovers");
+        let kills = if args.quick { 5 } else { 20 };
+        report.failovers = Some(failovers::run(binary, &dir("failovers"), &payload, kills));
     }
 
     report.write(&args.out, args.quick, args.only.as_deref());

@@ -88,6 +88,8 @@ pub struct Report {
     /// Replication to object storage, through the server.
     pub replication: Option<crate::replication::Replication>,
     pub cluster: Option<crate::cluster::Cluster>,
+    /// Repeated failovers of one cluster of the default volumes.
+    pub failovers: Option<crate::failovers::Failovers>,
     /// The server's CPU per HTTP request, next to the framework's floor.
     pub cpu: Option<crate::cpu::CpuPerRequest>,
 }
@@ -109,6 +111,7 @@ impl Report {
             million: None,
             replication: None,
             cluster: None,
+            failovers: None,
             cpu: None,
         }
     }
@@ -449,7 +452,97 @@ impl Report {
         self.million_markdown(&mut md);
         self.replication_markdown(&mut md);
         self.cluster_markdown(&mut md);
+        self.failovers_markdown(&mut md);
         md
+    }
+
+    /// The repeated-failovers section: one cluster of the default volumes, loaded, failed and
+    /// restarted again and again.
+    fn failovers_markdown(&self, md: &mut String) {
+        let Some(f) = &self.failovers else {
+            return;
+        };
+        let (Some(first), Some(last)) = (f.rounds.first(), f.rounds.last()) else {
+            return;
+        };
+        let _ = writeln!(md, "\n{REPEATED_FAILOVERS}\n");
+        let killed: std::collections::BTreeSet<&str> =
+            f.rounds.iter().map(|round| round.killed.as_str()).collect();
+        let _ = writeln!(
+            md,
+            "One cluster of three nodes with the default {} volumes, one etcd member and the S3 \
+             test server on this machine's {} cores (`sync = normal`, lease TTL {} s), failed {} \
+             times in turn. Each round: single-record POSTs of 100 B spread over 2,048 \
+             partitions ({} topics × 8) through every node for {} s ({} wrk connections per \
+             node), then `kill -9` of the node holding the most volumes (by rendezvous hashing \
+             of the names, {}). **failover**: from the kill to the next acknowledged append on \
+             one of its volumes through a surviving node (tried every {} ms); **moved**: from \
+             the kill until a survivor's `GET /cluster` shows 2 members and no volume unowned \
+             (read every {} ms). Then the killed node is started again on its data folder (a \
+             new incarnation); **balanced**: from its restart until every node sees the {} \
+             volumes where rendezvous hashing puts them over the three nodes.\n",
+            f.volumes,
+            std::thread::available_parallelism().map_or(0, usize::from),
+            crate::cluster::LEASE_TTL_MS as f64 / 1000.0,
+            f.rounds.len(),
+            crate::cluster::LOADED_TOPICS,
+            f.load_seconds,
+            crate::cluster::LOADED_CONNECTIONS,
+            if killed.len() == 1 {
+                format!("node {} every round", first.killed)
+            } else {
+                format!(
+                    "nodes {}",
+                    killed.iter().copied().collect::<Vec<_>>().join(", ")
+                )
+            },
+            crate::failovers::RETRY.as_millis(),
+            crate::failovers::RETRY.as_millis(),
+            f.volumes
+        );
+        let _ = writeln!(md, "| figure | p50 | max |\n|---|---|---|");
+        for (figure, (p50, max)) in [
+            (
+                "failover: kill → next acknowledged append on a moved volume",
+                f.p50_max(|round| round.failover),
+            ),
+            (
+                "moved: kill → 2 members, no volume unowned",
+                f.p50_max(|round| round.moved),
+            ),
+            (
+                "balanced: restart → the volumes balanced over 3 nodes",
+                f.p50_max(|round| round.balanced),
+            ),
+        ]
+        .into_iter()
+        .filter_map(|(figure, p50_max)| Some((figure, p50_max?)))
+        {
+            let _ = writeln!(md, "| {figure} | {p50:.2} s | {max:.2} s |");
+        }
+        let answers: u64 = f.rounds.iter().map(|round| round.answers).sum();
+        let mut refused = std::collections::BTreeMap::new();
+        for round in &f.rounds {
+            for (status, count) in &round.refused {
+                *refused.entry(*status).or_default() += count;
+            }
+        }
+        let _ = writeln!(
+            md,
+            "\nFailover per round, in order: {}. The killed node's stream held {:.0} windows \
+             before the first kill and {:.0} before the last (window PUTs of its process, which \
+             starts again every round). Of the {} appends during the loads, not acknowledged: \
+             {}.",
+            f.rounds
+                .iter()
+                .map(|round| format!("{:.2} s", round.failover))
+                .collect::<Vec<_>>()
+                .join(", "),
+            first.windows,
+            last.windows,
+            thousands(answers as f64),
+            refused_text(&refused)
+        );
     }
 
     /// The cluster section: nodes sharing the volumes through etcd, on this machine.
@@ -526,15 +619,7 @@ impl Report {
                     *refused.entry(*status).or_default() += count;
                 }
             }
-            let refused = if refused.is_empty() {
-                "none".to_owned()
-            } else {
-                refused
-                    .iter()
-                    .map(|(status, count)| format!("{count} answered {status}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            };
+            let refused = refused_text(&refused);
             let _ = writeln!(
                 md,
                 "\nFailover under load, with the default 256 volumes: {} fresh clusters of three \
@@ -995,6 +1080,27 @@ impl Report {
                 "etcd_writes_per_failover": c.etcd_writes_per_failover,
                 "etcd_writes_per_join": c.etcd_writes_per_join,
             })),
+            "failovers": self.failovers.as_ref().map(|f| {
+                let summary = |figure: fn(&crate::failovers::Round) -> f64| {
+                    f.p50_max(figure).map(|(p50, max)| json!({"p50": p50, "max": max}))
+                };
+                json!({
+                    "volumes": f.volumes,
+                    "load_seconds": f.load_seconds,
+                    "failover": summary(|round| round.failover),
+                    "moved": summary(|round| round.moved),
+                    "balanced": summary(|round| round.balanced),
+                    "rounds": f.rounds.iter().map(|round| json!({
+                        "killed": round.killed,
+                        "failover": round.failover,
+                        "moved": round.moved,
+                        "balanced": round.balanced,
+                        "windows": round.windows,
+                        "answers": round.answers,
+                        "refused": round.refused,
+                    })).collect::<Vec<_>>(),
+                })
+            }),
             "scale": self.scale.iter().map(|p| json!({
                 "records": p.records, "append_rate": p.append_rate, "read_rate": p.read_rate, "rss_mib": p.rss_mib, "mapped_mib": p.mapped_mib,
             })).collect::<Vec<_>>(),
@@ -1022,6 +1128,7 @@ fn own_headings(section: &str) -> &'static [&'static str] {
         "million" => &["## A million partitions"],
         "replication" => &["## Replication"],
         "cluster" => &["## Cluster"],
+        "failovers" => &[REPEATED_FAILOVERS],
         "cpu" => &["## CPU per request"],
         _ => &[],
     }
@@ -1031,6 +1138,8 @@ fn own_headings(section: &str) -> &'static [&'static str] {
 const GOALS: &str = "## Goals (100 B records)";
 /// The throughput table's heading.
 const THROUGHPUT: &str = "## Throughput";
+/// The repeated-failovers section's heading.
+const REPEATED_FAILOVERS: &str = "## Repeated failovers";
 
 /// The tables whose rows come from several sections, with how many leading cells name a row:
 /// a run of one section keeps the rows of the others.
@@ -1122,6 +1231,18 @@ fn keep_unmeasured(old: serde_json::Value, mut new: serde_json::Value) -> serde_
         }
     }
     new
+}
+
+/// Answers that were not `2xx`, by status: `none`, or `3 answered 503, 1 answered 500`.
+fn refused_text(refused: &std::collections::BTreeMap<u16, u64>) -> String {
+    if refused.is_empty() {
+        return "none".to_owned();
+    }
+    refused
+        .iter()
+        .map(|(status, count)| format!("{count} answered {status}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The goals of the replication run, each with what was measured and whether it is met.

@@ -733,7 +733,7 @@ impl StreamWriter {
                     self.node.landed(volume, bytes).await;
                 }
             }
-            if stored.seq % BATCH_WINDOWS as u64 == 0 {
+            if stored.seq.is_multiple_of(BATCH_WINDOWS as u64) {
                 self.node.bound_replays(stored.seq).await;
             }
         }
