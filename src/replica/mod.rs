@@ -285,6 +285,11 @@ impl Replicator {
         // older.
         let first = {
             let windows = lock(&self.outbox.windows);
+            // A sealed stream lands nothing more: a volume taken on it could take no write,
+            // and its history would name a segment past the seal.
+            if let Some(reason) = &windows.stopped {
+                return Err(ReplicaError::Refused(reason.clone()));
+            }
             windows
                 .queue
                 .front()

@@ -306,7 +306,15 @@ impl<'a> Taker<'a> {
             Resume::Start => (0, None),
             Resume::After { segment, position } => (segment, Some(position.seq)),
         };
-        for segment in &mut chain[first..] {
+        // A take of this incarnation's that wrote the manifest but failed after (a lost
+        // answer, a volume of the same take that failed) left this stream's open segment last:
+        // it is kept as it is (the volume took no write since), never replayed, which would seal
+        // this node's own stream.
+        let own_open = chain.last().is_some_and(|segment| {
+            segment.node == self.node && segment.inc == self.inc && segment.end.is_none()
+        });
+        let replayed = chain.len() - usize::from(own_open);
+        for segment in chain[..replayed].iter_mut().skip(first) {
             let start = after.take().map_or(segment.first, |seq| seq + 1);
             if let Err(err) = self.replay(volume, &mut local, segment, start).await {
                 let now = self.objects.get(&manifest_key).await?;
@@ -317,7 +325,9 @@ impl<'a> Taker<'a> {
             }
         }
         chain.retain(|segment| segment.end != Some(segment.first));
-        chain.push(self.own_segment());
+        if !own_open {
+            chain.push(self.own_segment());
+        }
         let next = Manifest {
             version: manifest.version + 1,
             epoch: manifest.epoch + 1,
@@ -453,7 +463,9 @@ impl<'a> Taker<'a> {
         // volume (taken back) or be open for other volumes: its end is no seal.
         let open = segment.end.is_none();
         if open {
-            segment.end = self.seals.get(&stream).copied();
+            // A segment that starts past the seal (taken by a node whose stream was already
+            // sealed) holds nothing acknowledged: it ends where it starts.
+            segment.end = self.seals.get(&stream).map(|&end| end.max(segment.first));
         }
         let mut seq = start;
         while segment.end.is_none_or(|end| seq < end) {
@@ -481,7 +493,9 @@ impl<'a> Taker<'a> {
                     seq += 1;
                     self.replayed += 1;
                 }
-                Some(StreamObject::Fence) if segment.end.is_none() => {
+                // A fence ends an open segment, even before where another volume's replay of
+                // the same stream found one (a stopped stream may hold more than one).
+                Some(StreamObject::Fence) if open => {
                     segment.end = Some(seq);
                 }
                 None if segment.end.is_none() => {
@@ -504,7 +518,8 @@ impl<'a> Taker<'a> {
             }
         }
         if open && let Some(end) = segment.end {
-            self.seals.insert(stream, end);
+            let seal = self.seals.entry(stream).or_insert(end);
+            *seal = (*seal).min(end);
         }
         Ok(())
     }
