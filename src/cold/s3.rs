@@ -13,6 +13,9 @@ use s3::{Bucket, Region};
 
 use super::{ColdFuture, ColdStore, ColdStoreError, PutOutcome, SegmentKey};
 
+#[cfg(test)]
+pub(crate) mod memory;
+
 /// Where and how to reach the bucket: the `[cold]` section's `s3_*` keys.
 #[derive(Clone, PartialEq, Eq)]
 pub struct S3Settings {
@@ -104,7 +107,15 @@ pub(crate) enum Put {
 /// One bucket.
 #[derive(Debug)]
 pub(crate) struct Objects {
-    bucket: Box<Bucket>,
+    backend: Backend,
+}
+
+#[derive(Debug)]
+enum Backend {
+    S3(Box<Bucket>),
+    /// Unit tests' bucket, in memory.
+    #[cfg(test)]
+    Memory(std::sync::Arc<memory::MemoryBucket>),
 }
 
 impl Objects {
@@ -132,7 +143,35 @@ impl Objects {
                 .map_err(|err| config(&err))?,
             None => bucket,
         };
-        Ok(Self { bucket })
+        Ok(Self {
+            backend: Backend::S3(bucket),
+        })
+    }
+
+    /// A client of `bucket`, in memory.
+    #[cfg(test)]
+    pub(crate) fn memory(bucket: std::sync::Arc<memory::MemoryBucket>) -> Self {
+        Self {
+            backend: Backend::Memory(bucket),
+        }
+    }
+
+    /// The bucket in memory, when this is one.
+    #[cfg(test)]
+    fn in_memory(&self) -> Option<&memory::MemoryBucket> {
+        match &self.backend {
+            Backend::Memory(bucket) => Some(bucket),
+            Backend::S3(_) => None,
+        }
+    }
+
+    /// The S3 bucket (a bucket in memory answers each call before it would be needed).
+    fn bucket(&self) -> &Bucket {
+        match &self.backend {
+            Backend::S3(bucket) => bucket,
+            #[cfg(test)]
+            Backend::Memory(_) => unreachable!("a bucket in memory answers every call itself"),
+        }
     }
 
     async fn put_with(
@@ -142,7 +181,7 @@ impl Objects {
         header: (&str, &str),
     ) -> Result<Put, ObjectError> {
         let request = self
-            .bucket
+            .bucket()
             .put_object_builder(key, bytes)
             .with_header(header.0, header.1)
             .map_err(|err| failed(key, err))?;
@@ -163,6 +202,10 @@ impl Objects {
 
     /// Stores `bytes` at `key` unless an object is there (`If-None-Match: *`).
     pub(crate) async fn create(&self, key: &str, bytes: &[u8]) -> Result<Put, ObjectError> {
+        #[cfg(test)]
+        if let Some(memory) = self.in_memory() {
+            return memory.create(key, bytes).await;
+        }
         self.put_with(key, bytes, ("If-None-Match", "*")).await
     }
 
@@ -173,12 +216,20 @@ impl Objects {
         bytes: &[u8],
         etag: &str,
     ) -> Result<Put, ObjectError> {
+        #[cfg(test)]
+        if let Some(memory) = self.in_memory() {
+            return memory.replace(key, bytes, etag).await;
+        }
         self.put_with(key, bytes, ("If-Match", etag)).await
     }
 
     /// The object at `key` and its ETag; `None` when there is none.
     pub(crate) async fn get(&self, key: &str) -> Result<Option<(Vec<u8>, String)>, ObjectError> {
-        match self.bucket.get_object(key).await {
+        #[cfg(test)]
+        if let Some(memory) = self.in_memory() {
+            return memory.get(key).await;
+        }
+        match self.bucket().get_object(key).await {
             Ok(response) if response.status_code() == 200 => {
                 let etag = response.headers().get("etag").cloned().unwrap_or_default();
                 Ok(Some((response.to_vec(), etag)))
@@ -197,8 +248,12 @@ impl Objects {
         key: &str,
         len: u64,
     ) -> Result<Option<Vec<u8>>, ObjectError> {
+        #[cfg(test)]
+        if let Some(memory) = self.in_memory() {
+            return memory.head_bytes(key, len).await;
+        }
         match self
-            .bucket
+            .bucket()
             .get_object_range(key, 0, Some(len.saturating_sub(1)))
             .await
         {
@@ -212,8 +267,12 @@ impl Objects {
 
     /// The keys under `prefix`, sorted.
     pub(crate) async fn keys(&self, prefix: &str) -> Result<Vec<String>, ObjectError> {
+        #[cfg(test)]
+        if let Some(memory) = self.in_memory() {
+            return memory.keys(prefix).await;
+        }
         let pages = self
-            .bucket
+            .bucket()
             .list(prefix.to_owned(), None)
             .await
             .map_err(|err| failed(prefix, err))?;
@@ -228,7 +287,11 @@ impl Objects {
 
     /// Deletes the object at `key` (nothing when there is none).
     pub(crate) async fn delete(&self, key: &str) -> Result<(), ObjectError> {
-        match self.bucket.delete_object(key).await {
+        #[cfg(test)]
+        if let Some(memory) = self.in_memory() {
+            return memory.delete(key).await;
+        }
+        match self.bucket().delete_object(key).await {
             Ok(response) if response.status_code() / 100 == 2 || response.status_code() == 404 => {
                 Ok(())
             }
@@ -240,8 +303,12 @@ impl Objects {
 
     /// The names one level below `prefix` (which ends with `/`): the parts up to the next `/`.
     pub(crate) async fn folders(&self, prefix: &str) -> Result<Vec<String>, ObjectError> {
+        #[cfg(test)]
+        if let Some(memory) = self.in_memory() {
+            return memory.folders(prefix).await;
+        }
         let pages = self
-            .bucket
+            .bucket()
             .list(prefix.to_owned(), Some("/".to_owned()))
             .await
             .map_err(|err| failed(prefix, err))?;

@@ -15,6 +15,8 @@
 //! names the new owner (`If-Match`).
 
 mod format;
+#[cfg(test)]
+mod history_tests;
 mod maintenance;
 mod take;
 

@@ -458,3 +458,36 @@ impl LocalCopy {
         Ok(())
     }
 }
+
+#[cfg(test)]
+impl LocalCopy {
+    /// The redo of a write that adds partition `id` (topic `w{id}`) and sets
+    /// `indexed.through_seq` to `id`, captured as a volume's writes are: the replica's tests
+    /// write volumes without opening them, and `through_seq` tells which write a copy applied
+    /// last.
+    pub(crate) fn test_write(id: i64) -> Vec<u8> {
+        thread_local! {
+            /// An empty volume capturing its changes; every write is rolled back.
+            static SCRATCH: Connection = {
+                let mut conn = Connection::open_in_memory().expect("a scratch volume");
+                schema::migrate(&mut conn).expect("the volume schema");
+                redo::install(&conn).expect("the capture");
+                conn
+            };
+        }
+        SCRATCH.with(|conn| {
+            let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+                .expect("a transaction");
+            tx.execute(
+                "INSERT INTO partitions (id, topic, partition) VALUES (?1, ?2, 0)",
+                rusqlite::params![id, format!("w{id}")],
+            )
+            .expect("a partition");
+            tx.execute("UPDATE indexed SET through_seq = ?1", [id])
+                .expect("the mark");
+            let redo = redo::take(&tx).expect("the redo");
+            tx.rollback().expect("a rollback");
+            redo
+        })
+    }
+}
