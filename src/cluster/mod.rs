@@ -291,15 +291,24 @@ impl Cluster {
         {
             return Route::Unowned;
         }
-        if shared
-            .volumes
-            .get()
-            .is_some_and(|volumes| volumes.holds(volume))
+        let view = shared.view.read().unwrap_or_else(PoisonError::into_inner);
+        let owner = view.owners.get(volume).and_then(Option::as_ref);
+        let live = |owner: &Owner| {
+            view.members
+                .get(&owner.node)
+                .is_some_and(|member| member.inc == owner.inc)
+        };
+        // A volume held here that another live node claimed (this node was stopped, or cut
+        // off, past its lease) is no longer the log here: its requests go to that node.
+        let claimed_elsewhere = owner.is_some_and(|owner| owner.node != shared.node && live(owner));
+        if !claimed_elsewhere
+            && shared
+                .volumes
+                .get()
+                .is_some_and(|volumes| volumes.holds(volume))
         {
             return Route::Local;
         }
-        let view = shared.view.read().unwrap_or_else(PoisonError::into_inner);
-        let owner = view.owners.get(volume).and_then(Option::as_ref);
         match owner {
             Some(owner) if owner.node != shared.node => view
                 .members
