@@ -124,16 +124,19 @@ impl Server {
         assert!(sent.success(), "kill -{name} {}", self.child.id());
     }
 
-    /// The process's exit status, once it exited by itself within `within`.
+    /// The process's exit status, once it exited by itself within `within` (looked at once at
+    /// least, so `Duration::ZERO` asks whether it has exited already).
     pub fn wait_for_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
         let started = std::time::Instant::now();
-        while started.elapsed() < within {
+        loop {
             if let Ok(Some(status)) = self.child.try_wait() {
                 return Some(status);
             }
+            if started.elapsed() >= within {
+                return None;
+            }
             thread::sleep(Duration::from_millis(50));
         }
-        None
     }
 
     /// SIGKILL, and reap the process.
