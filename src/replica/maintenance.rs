@@ -101,6 +101,9 @@ impl Node {
             .await
             .map_err(|err| ReplicaError::Refused(format!("the snapshot task failed: {err}")))??;
         let Some(position) = position else {
+            // A copy that never held a window: no window of its history holds a change of the
+            // volume, whatever segments its chain names (an empty volume taken over).
+            self.advance_empty(volume).await?;
             return Ok(());
         };
         self.wait_for_landing(&position).await?;
@@ -192,6 +195,29 @@ impl Node {
         let snapshot = snapshot.or(held.manifest.snapshot.as_ref()).cloned();
         self.start_chain_at(volume, held, snapshot, landed + 1)
             .await
+    }
+
+    /// Starts the history of volume `volume`, which holds no change at all (no snapshot, and a
+    /// copy that never held a window), after the newest window landed.
+    async fn advance_empty(&self, volume: usize) -> Result<(), ReplicaError> {
+        // Landed first: a change submitted after this read joins a window past it.
+        let landed = self.landed.load(Ordering::SeqCst);
+        let submitted = self.submitted[volume].load(Ordering::SeqCst);
+        let mut held = self.volumes[volume].lock().await;
+        let Some(held) = held.as_mut() else {
+            return Ok(());
+        };
+        let quiet = held.manifest.snapshot.is_none()
+            && held.manifest.chain.last().is_some_and(|own| {
+                own.node == self.node
+                    && own.inc == self.inc
+                    && own.end.is_none()
+                    && submitted < own.first
+            });
+        if quiet {
+            self.start_chain_at(volume, held, None, landed + 1).await?;
+        }
+        Ok(())
     }
 
     /// Writes volume `volume`'s manifest with `snapshot` and this incarnation's segment alone
