@@ -428,10 +428,7 @@ pub(crate) fn position(nodes: &[Node], name: &str) -> usize {
 /// Whether every volume of `view` is with the node rendezvous hashing picks among its members,
 /// and nothing is moving.
 pub(crate) fn balanced(view: &Value) -> bool {
-    let members: Vec<String> = view["members"]
-        .as_object()
-        .map(|members| members.keys().cloned().collect())
-        .unwrap_or_default();
+    let members = members(view);
     let owned = owners(view);
     Some(owned.len() as u64) == view["volumes"].as_u64()
         && owned.iter().all(|(volume, owner)| {
