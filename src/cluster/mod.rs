@@ -405,12 +405,7 @@ impl Cluster {
 
     /// How many volumes this node holds and serves.
     pub fn held_volumes(&self) -> usize {
-        let volumes = self.shared.volumes.get();
-        volumes.map_or(0, |volumes| {
-            (0..self.shared.volume_count)
-                .filter(|&volume| volumes.holds(volume))
-                .count()
-        })
+        self.shared.held().len()
     }
 
     /// What the cluster did since this node started.
@@ -545,6 +540,24 @@ impl Shared {
 
     fn owner_key(&self, volume: usize) -> String {
         format!("{}owners/{volume:05}", self.prefix)
+    }
+
+    /// What an owner key of incarnation `inc` of this node holds.
+    fn owner_value(&self, inc: u64) -> Vec<u8> {
+        serde_json::to_vec(&Owner {
+            node: self.node.clone(),
+            inc,
+        })
+        .expect("serializes")
+    }
+
+    /// The volumes this node holds and serves.
+    fn held(&self) -> Vec<usize> {
+        self.volumes.get().map_or_else(Vec::new, |volumes| {
+            (0..self.volume_count)
+                .filter(|&volume| volumes.holds(volume))
+                .collect()
+        })
     }
 
     /// Registers this incarnation under a new lease. A lease of an earlier incarnation of this
@@ -683,17 +696,8 @@ impl Shared {
         let value = serde_json::to_vec(&member).expect("serializes");
         etcd.put(&self.member_key(&self.node), &value, lease)
             .await?;
-        let mine = serde_json::to_vec(&Owner {
-            node: self.node.clone(),
-            inc,
-        })
-        .expect("serializes");
-        let held: Vec<usize> = self.volumes.get().map_or_else(Vec::new, |volumes| {
-            (0..self.volume_count)
-                .filter(|&volume| volumes.holds(volume))
-                .collect()
-        });
-        for volume in held {
+        let mine = self.owner_value(inc);
+        for volume in self.held() {
             let key = self.owner_key(volume);
             if etcd.create(&key, &mine, lease).await? {
                 continue;
@@ -797,11 +801,7 @@ impl Shared {
     /// this node and, once every volume has an owner, hands the volumes it holds that fall to
     /// another node to that node, a few at a time, for ever.
     async fn claim_forever(&self, parts: &Parts) {
-        let mine = serde_json::to_vec(&Owner {
-            node: self.node.clone(),
-            inc: parts.inc,
-        })
-        .expect("serializes");
+        let mine = self.owner_value(parts.inc);
         // When each volume due here was first seen due: a takeover lasts from then.
         let mut due_since: BTreeMap<usize, Instant> = BTreeMap::new();
         // Nodes started together see one another before the first claims.

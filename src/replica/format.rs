@@ -302,6 +302,11 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
+    /// Whether this is incarnation `inc` of `node`'s stream, still open.
+    pub(crate) fn open_of(&self, node: &str, inc: u64) -> bool {
+        self.node == node && self.inc == inc && self.end.is_none()
+    }
+
     /// Whether window `at` belongs to this segment.
     pub(crate) fn holds(&self, at: &Position) -> bool {
         at.node == self.node

@@ -110,13 +110,18 @@ impl Node {
         let key = self.keys.snapshot(volume, &position);
         self.objects.create(&key, &bytes).await?;
         let snapshot = Snapshot { key, position };
-        if self.advance(volume, Some(&snapshot)).await? {
-            log::info!(
-                "replica: volume {volume} snapshotted ({} bytes)",
-                bytes.len()
-            );
-            return Ok(());
+        if !self.advance(volume, Some(&snapshot)).await? {
+            self.start_at(volume, snapshot).await?;
         }
+        log::info!(
+            "replica: volume {volume} snapshotted ({} bytes)",
+            bytes.len()
+        );
+        Ok(())
+    }
+
+    /// Starts volume `volume`'s history at `snapshot`, with the chain after its position.
+    async fn start_at(&self, volume: usize, snapshot: Snapshot) -> Result<(), ReplicaError> {
         let mut held = self.volumes[volume].lock().await;
         let Some(held) = held.as_mut() else {
             return Ok(());
@@ -133,12 +138,7 @@ impl Node {
             chain,
             ..held.manifest.clone()
         };
-        self.replace_manifest(volume, held, next).await?;
-        log::info!(
-            "replica: volume {volume} snapshotted ({} bytes)",
-            bytes.len()
-        );
-        Ok(())
+        self.replace_manifest(volume, held, next).await
     }
 
     /// Starts volume `volume`'s history at `snapshot` (none: the one its manifest names) with
@@ -161,7 +161,7 @@ impl Node {
             .manifest
             .chain
             .last()
-            .filter(|own| own.node == self.node && own.inc == self.inc && own.end.is_none())
+            .filter(|own| own.open_of(&self.node, self.inc))
         else {
             return Ok(false);
         };
@@ -208,12 +208,11 @@ impl Node {
             return Ok(());
         };
         let quiet = held.manifest.snapshot.is_none()
-            && held.manifest.chain.last().is_some_and(|own| {
-                own.node == self.node
-                    && own.inc == self.inc
-                    && own.end.is_none()
-                    && submitted < own.first
-            });
+            && held
+                .manifest
+                .chain
+                .last()
+                .is_some_and(|own| own.open_of(&self.node, self.inc) && submitted < own.first);
         if quiet {
             self.start_chain_at(volume, held, None, landed + 1).await?;
         }

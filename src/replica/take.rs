@@ -310,9 +310,9 @@ impl<'a> Taker<'a> {
         // answer, a volume of the same take that failed) left this stream's open segment last:
         // it is kept as it is (the volume took no write since), never replayed, which would seal
         // this node's own stream.
-        let own_open = chain.last().is_some_and(|segment| {
-            segment.node == self.node && segment.inc == self.inc && segment.end.is_none()
-        });
+        let own_open = chain
+            .last()
+            .is_some_and(|segment| segment.open_of(self.node, self.inc));
         let replayed = chain.len() - usize::from(own_open);
         for segment in chain[..replayed].iter_mut().skip(first) {
             let start = after.take().map_or(segment.first, |seq| seq + 1);
