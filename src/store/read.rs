@@ -385,7 +385,41 @@ impl LogStore {
             records.push(self.checked(record, checksum)?);
             next += 1;
         }
+        self.check_contiguous(
+            &records,
+            from,
+            limit.min(wanted_below(from, view.next_offset)),
+        )?;
         Ok(records)
+    }
+
+    /// Offsets are contiguous by construction: every one from `from` below the log's end is
+    /// stored, indexed or recent. So a page of hot records that does not hold `wanted` records
+    /// numbered from `from` on met a hole: a damaged page hid rows without SQLite noticing (a
+    /// page overwritten with another valid page does that). Serving it would skip acknowledged
+    /// records silently; it is `corrupted`, which marks the volume damaged. (A `wanted` of 0
+    /// checks only that the records are consecutive.)
+    pub(super) fn check_contiguous(
+        &self,
+        records: &[Record],
+        from: u64,
+        wanted: usize,
+    ) -> Result<(), StoreError> {
+        let missing = (from..)
+            .zip(records)
+            .find(|(expected, record)| record.offset != *expected)
+            .map(|(expected, _)| expected)
+            .or_else(|| (records.len() < wanted).then(|| from + records.len() as u64));
+        match missing {
+            None => Ok(()),
+            Some(offset) => Err(StoreError::Corrupted {
+                reason: format!(
+                    "record {offset} of {} is missing from the database although the log \
+                     holds it: a damaged page hides it",
+                    self.describe()
+                ),
+            }),
+        }
     }
 
     /// `record` if it matches the checksum stored with it (rows written before checksums
@@ -456,6 +490,11 @@ pub fn page_limit(limit: Option<usize>, max: usize) -> Result<usize, StoreError>
         Some(limit) => Ok(limit.min(max)),
         None => Ok(max),
     }
+}
+
+/// How many records from `from` the log holds below `next_offset`, as a page size.
+fn wanted_below(from: u64, next_offset: u64) -> usize {
+    usize::try_from(next_offset.saturating_sub(from)).unwrap_or(usize::MAX)
 }
 
 /// A row of the segment index.

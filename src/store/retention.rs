@@ -436,5 +436,9 @@ fn plan_pass(
         };
         pass.records.push(store.checked(record, row.get(6)?)?);
     }
+    // A flush never writes a segment with a hole.
+    if let Some(first) = pass.records.first() {
+        store.check_contiguous(&pass.records, first.offset, 0)?;
+    }
     Ok((!pass.records.is_empty()).then_some(pass))
 }

@@ -222,6 +222,7 @@ async fn a_trim_refuses_to_flush_an_altered_record() {
         "UPDATE records SET dedup_key = 'forged' WHERE offset = 0",
     );
     config.retention.max_records = 1;
+    config.cold.kind = durability::config::ColdKind::Fs;
     let cold_dir = config.cold.dir.clone();
     let log = Log::open(config).unwrap();
     let err = log.trim(TOPIC, 0).await.unwrap_err();
@@ -234,12 +235,35 @@ async fn a_trim_refuses_to_flush_an_altered_record() {
     log.shutdown().await.unwrap();
 }
 
-/// The configuration of a log in `dir` whose partition 0 holds `"hello"` and `"world"`, and
-/// whose database then had `alteration` (changing one row) run on it behind the log's back.
+/// Nor does it flush records around a hole (a row the database lost): a segment is whole.
+#[actix::test]
+async fn a_trim_never_flushes_a_segment_with_a_hole() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = altered_behind_the_log(dir.path(), "DELETE FROM records WHERE offset = 1");
+    config.retention.max_records = 1;
+    config.cold.kind = durability::config::ColdKind::Fs;
+    let cold_dir = config.cold.dir.clone();
+    let log = Log::open(config).unwrap();
+    let err = log.trim(TOPIC, 0).await.unwrap_err();
+    assert_eq!(err.code(), "corrupted", "{err}");
+    assert!(err.to_string().contains("record 1 "), "{err}");
+    let stored = walk(&cold_dir);
+    assert!(
+        stored.is_empty(),
+        "nothing reached the cold tier: {stored:?}"
+    );
+    log.shutdown().await.unwrap();
+}
+
+/// The configuration of a log in `dir` whose partition 0 holds `"hello"`, `"world"` and
+/// `"!"`, and whose database then had `alteration` (changing one row) run on it behind the
+/// log's back.
 fn altered_behind_the_log(dir: &std::path::Path, alteration: &str) -> Config {
     let config = Config::for_tests(dir);
     in_own_process(&config, |log| async move {
-        let records = ["\"hello\"", "\"world\""].map(NewRecord::new).to_vec();
+        let records = ["\"hello\"", "\"world\"", "\"!\""]
+            .map(NewRecord::new)
+            .to_vec();
         log.append(TOPIC, 0, records).await.unwrap();
     });
     let conn = rusqlite::Connection::open(volume(&config.storage.data_dir, 0)).unwrap();
@@ -380,7 +404,7 @@ async fn an_altered_record_is_remembered_until_an_operator_accepts_it() {
     assert!(recorded.contains(&accepted.mark.cause), "{recorded}");
 
     let log = Log::open(config).unwrap();
-    assert_eq!(append(&log, 0, 1).await.unwrap(), [2]);
+    assert_eq!(append(&log, 0, 1).await.unwrap(), [3]);
     log.shutdown().await.unwrap();
 }
 
@@ -530,4 +554,84 @@ async fn a_folder_in_place_of_a_cold_segment_is_truncation() {
         100
     );
     log.shutdown().await.unwrap();
+}
+
+/// Overwrites the 4 KiB page at `at` of volume 0 with a copy of the page after it, as a
+/// misdirected or stale write would: a page SQLite finds well formed, holding other rows.
+fn copy_next_page_over(data_dir: &Path, at: u64) {
+    let path = volume(data_dir, 0);
+    let bytes = std::fs::read(&path).unwrap();
+    let next = usize::try_from(at).unwrap() + 4096;
+    let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    file.seek(SeekFrom::Start(at)).unwrap();
+    file.write_all(&bytes[next..next + 4096]).unwrap();
+    file.sync_all().unwrap();
+}
+
+/// 3,000 keyed records of about 200 B in partition 0, in appends of 100.
+async fn append_keyed(log: &Log) {
+    for round in 0..30 {
+        let records = (0..100)
+            .map(|n| {
+                let key = format!("k{}", round * 100 + n);
+                NewRecord::keyed(
+                    key,
+                    format!("{{\"n\":{n},\"text\":\"{}\"}}", "x".repeat(170)),
+                )
+            })
+            .collect();
+        log.append(TOPIC, 0, records).await.unwrap();
+    }
+}
+
+/// A page overwritten with another well-formed page hides rows without SQLite noticing. No
+/// read may skip them: each read answers the offset it asked for or `corrupted`, the volume is
+/// marked damaged, and it refuses writes (a re-sent key of a hidden record would otherwise be
+/// answered with its old offset, or a new one).
+#[actix::test]
+async fn a_page_overwritten_with_another_hides_no_record_from_reads() {
+    for eighth in [2, 3, 4, 5] {
+        let t = TestLog::with(|config: &mut Config| config.retention.max_records = 0);
+        append_keyed(&t.log).await;
+        t.log.shutdown().await.unwrap();
+        let data_dir = &t.config.storage.data_dir;
+        let length = std::fs::metadata(volume(data_dir, 0)).unwrap().len();
+        copy_next_page_over(data_dir, length * eighth / 8 / 4096 * 4096);
+
+        let log = Log::open(t.config.clone()).unwrap();
+        let mut refused = 0;
+        for from in 0..3_000 {
+            match log.read(TOPIC, 0, Some(from), Some(1)).await {
+                Ok(page) => assert_eq!(
+                    page.records[0].offset, from,
+                    "a read from {from} skipped records"
+                ),
+                Err(err) => {
+                    assert_eq!(err.code(), "corrupted", "{err}");
+                    refused += 1;
+                }
+            }
+        }
+        let mut from = 0;
+        while let Ok(page) = log.read(TOPIC, 0, Some(from), Some(100)).await {
+            let offsets: Vec<u64> = page.records.iter().map(|r| r.offset).collect();
+            assert!(
+                offsets
+                    .iter()
+                    .copied()
+                    .eq(from..from + offsets.len() as u64)
+            );
+            from = page.next_offset;
+            if from == 3_000 {
+                break;
+            }
+        }
+        assert!(from < 3_000, "a page served across the hole");
+        assert!(refused > 0, "the damaged page hid nothing ({eighth}/8)");
+        assert!(mark(data_dir, 0).exists(), "the damage is recorded");
+        let resent = NewRecord::keyed("k1", "{}");
+        let err = log.append(TOPIC, 0, vec![resent]).await.unwrap_err();
+        assert_eq!(err.code(), "corrupted", "{err}");
+        log.shutdown().await.unwrap();
+    }
 }
