@@ -102,6 +102,45 @@ async fn a_volume_that_lost_its_write_ahead_log_refuses_writes_and_reuses_no_off
     log.shutdown().await.unwrap();
 }
 
+/// A WAL lost after a kill under load, with no pause before it (so no idle moment recorded
+/// the high-water mark): 500 records, a clean restart, 500 more, and at once a copy of the
+/// files without the WAL, as a kill that loses it leaves them. The volume reports the loss;
+/// it does not read as a log of 500.
+#[actix::test]
+async fn a_write_ahead_log_lost_right_after_appends_is_reported_as_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = Config::for_tests(dir.path());
+    let data_dir = config.storage.data_dir.clone();
+    in_own_process(&config, |log| async move {
+        for _ in 0..5 {
+            append(&log, 0, 100).await.unwrap();
+        }
+    });
+    let copy = tempfile::tempdir().unwrap();
+    let copied = copy.path().join("data");
+    std::fs::create_dir_all(&copied).unwrap();
+    in_own_process(&config, {
+        let copied = copied.clone();
+        move |log| async move {
+            for _ in 0..5 {
+                append(&log, 0, 100).await.unwrap();
+            }
+            for name in ["volume-0.sqlite", "volume-0.sqlite-hwm"] {
+                std::fs::copy(data_dir.join(name), copied.join(name)).unwrap();
+            }
+        }
+    });
+
+    let mut config = config.clone();
+    config.storage.data_dir = copied;
+    let log = Log::open(config).unwrap();
+    let err = log.bounds(TOPIC, 0).await.unwrap_err();
+    assert_eq!(err.code(), "corrupted", "{err}");
+    let err = append(&log, 0, 1).await.unwrap_err();
+    assert_eq!(err.code(), "corrupted", "{err}");
+    log.shutdown().await.unwrap();
+}
+
 /// Runs `work` on a log over `config` in an actix system of its own, which ends with it: the
 /// log's files are closed afterwards, as when a server process exits.
 fn in_own_process<F, Fut>(config: &Config, work: F)

@@ -32,6 +32,10 @@ use crate::store::{StoreError, lock};
 /// The committer indexes when no append has arrived for this long.
 const INDEX_WHEN_IDLE: Duration = Duration::from_millis(20);
 
+/// Under steady appends a commit records the high-water mark at most this often (one small
+/// synced write): commits newer than it are the ones a lost WAL could lose unnoticed.
+const HIGH_WATER_EVERY: Duration = Duration::from_millis(100);
+
 /// The committer frees the writer's page cache after this long without an append, so an idle
 /// node's memory goes back to where it started.
 const RELEASE_CACHE_WHEN_IDLE: Duration = Duration::from_secs(5);
@@ -46,6 +50,8 @@ pub(super) struct CommitterState {
     cache_released: bool,
     /// The high-water mark last recorded.
     high_water: i64,
+    /// When a commit last recorded it (`None`: none since the volume opened).
+    high_water_at: Option<Instant>,
 }
 
 impl CommitterState {
@@ -56,6 +62,7 @@ impl CommitterState {
             last_group: Instant::now(),
             cache_released: false,
             high_water,
+            high_water_at: None,
         }
     }
 }
@@ -182,12 +189,16 @@ impl Shared {
             Next::Group(group) => {
                 (state.last_group, state.cache_released) = (Instant::now(), false);
                 state.expected = group.iter().map(|share| share.batches.len()).sum();
-                let mut writer = lock(&self.writer);
-                self.commit_group(&mut writer, group);
-                state.last_commit = state.last_group.elapsed();
-                if (writer.published_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS {
-                    let _ = self.index_locked(&mut writer);
+                {
+                    let mut writer = lock(&self.writer);
+                    self.commit_group(&mut writer, group);
+                    state.last_commit = state.last_group.elapsed();
+                    if (writer.published_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS
+                    {
+                        let _ = self.index_locked(&mut writer);
+                    }
                 }
+                self.follow_high_water(&mut state);
                 Some(state.last_group + INDEX_WHEN_IDLE)
             }
             Next::Landed => {
@@ -235,6 +246,20 @@ impl Shared {
         } else {
             (!state.cache_released).then_some(release_at)
         }
+    }
+
+    /// Records the high-water mark after a commit: the first since the volume opened, then at
+    /// most every [`HIGH_WATER_EVERY`] under steady appends (and when idle), so that a WAL
+    /// lost after a kill under load reads as lost commits, never as a shorter log.
+    fn follow_high_water(&self, state: &mut CommitterState) {
+        if state
+            .high_water_at
+            .is_some_and(|at| at.elapsed() < HIGH_WATER_EVERY)
+        {
+            return;
+        }
+        self.record_high_water(&mut state.high_water);
+        state.high_water_at = Some(Instant::now());
     }
 
     /// Whether the idle work has more to do: a window in flight or a landing pending to settle,
