@@ -1,7 +1,7 @@
 //! Taking a node's volumes at start: claim a new incarnation, bring each volume's local copy
 //! up to its history in the bucket, seal the previous owner's stream, and record the new owner.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -25,6 +25,10 @@ const READ_AHEAD: u64 = 16;
 
 /// Batches of windows (see `format.rs`) read at once, where the stream has them.
 const BATCHES_AHEAD: usize = 4;
+
+/// Windows fenced at once after a fence lost a race to a landing window: more than a live
+/// writer can land in the time the fences take, so the take does not chase its stream.
+const FENCE_AHEAD: u64 = 2 * MAX_PUTS_IN_FLIGHT as u64;
 
 /// A volume whose copy holds its whole history, and what its manifest is to say.
 pub(super) enum Prepared {
@@ -53,10 +57,14 @@ pub(super) struct Taker<'a> {
     /// Where each stream taken from another incarnation was sealed (by a fence: never where a
     /// segment of it was released).
     seals: HashMap<(String, u64), u64>,
+    /// Streams whose writer landed a window where this take tried to fence it: they are live.
+    raced: HashSet<(String, u64)>,
     cache: HashMap<String, Arc<StreamObject>>,
     cached_bytes: usize,
     /// Windows read ahead of the replay, with their size.
     ahead: HashMap<String, (Arc<StreamObject>, usize)>,
+    /// Windows the last reads ahead found absent, until the replay reaches them.
+    absent: HashSet<String>,
     /// Manifests read at once for the volumes to take, each used by its first attempt.
     manifests: HashMap<usize, Option<(Vec<u8>, String)>>,
     /// Each stream's batches as listed once, by first seq.
@@ -168,6 +176,8 @@ impl<'a> Taker<'a> {
             inc,
             first,
             seals: HashMap::new(),
+            raced: HashSet::new(),
+            absent: HashSet::new(),
             cache: HashMap::new(),
             cached_bytes: 0,
             ahead: HashMap::new(),
@@ -472,6 +482,7 @@ impl<'a> Taker<'a> {
             let key = self.keys.window(&segment.node, segment.inc, seq);
             if !self.cache.contains_key(&key)
                 && !self.ahead.contains_key(&key)
+                && !self.absent.contains(&key)
                 && !self.read_batches(&segment.node, segment.inc, seq).await?
             {
                 let until = segment
@@ -480,7 +491,14 @@ impl<'a> Taker<'a> {
                 self.read_ahead(&segment.node, segment.inc, seq..until)
                     .await?;
             }
-            match self.fetch(&key).await?.as_deref() {
+            // The end of an open segment, found by reading ahead, is fenced at once: reading
+            // it again first would give a live writer time to land it, round after round.
+            let found = if self.absent.remove(&key) && segment.end.is_none() {
+                None
+            } else {
+                self.fetch(&key).await?
+            };
+            match found.as_deref() {
                 Some(StreamObject::Window(window)) => {
                     let at = Position {
                         node: segment.node.clone(),
@@ -499,15 +517,8 @@ impl<'a> Taker<'a> {
                     segment.end = Some(seq);
                 }
                 None if segment.end.is_none() => {
-                    let by = Position {
-                        node: self.node.to_owned(),
-                        inc: self.inc,
-                        seq: 0,
-                    };
-                    if let Put::Stored(_) = self.objects.create(&key, &fence(&by)).await? {
-                        segment.end = Some(seq);
-                    }
-                    // Else a window or a fence landed meanwhile: read it.
+                    // Else windows or fences landed meanwhile from `seq` on: read them.
+                    segment.end = self.fence(&segment.node, segment.inc, seq).await?;
                 }
                 Some(StreamObject::Fence) | None => {
                     return Err(ReplicaError::Refused(format!(
@@ -522,6 +533,43 @@ impl<'a> Taker<'a> {
             *seal = (*seal).min(end);
         }
         Ok(())
+    }
+
+    /// Seals stream `node`/`inc` at window `seq`, found absent: a fence created there ends it.
+    /// A live writer may land the window first; once it has, the fences of the next
+    /// [`FENCE_AHEAD`] windows are created at once. The stream is sealed at the lowest one
+    /// stored (its writer can land windows past it, never acknowledge them: a window is
+    /// acknowledged only once every window before it landed). Answers that seal, or `None`
+    /// when the writer landed every window first.
+    async fn fence(&mut self, node: &str, inc: u64, seq: u64) -> Result<Option<u64>, ReplicaError> {
+        let stream = (node.to_owned(), inc);
+        let ahead = if self.raced.contains(&stream) {
+            FENCE_AHEAD
+        } else {
+            1
+        };
+        let by = Position {
+            node: self.node.to_owned(),
+            inc: self.inc,
+            seq: 0,
+        };
+        let (fence, objects) = (fence(&by), self.objects);
+        let keys: Vec<String> = (seq..seq + ahead)
+            .map(|seq| self.keys.window(node, inc, seq))
+            .collect();
+        let created =
+            futures_util::future::join_all(keys.iter().map(|key| objects.create(key, &fence)))
+                .await;
+        let mut seal = None;
+        for (at, created) in (seq..).zip(created) {
+            if let Put::Stored(_) = created? {
+                seal = seal.or(Some(at));
+            }
+        }
+        if seal != Some(seq) {
+            self.raced.insert(stream);
+        }
+        Ok(seal)
     }
 
     /// Reads the windows `seqs` of stream `node`/`inc` at once, for [`Taker::fetch`]; those
@@ -543,6 +591,8 @@ impl<'a> Taker<'a> {
                 let object =
                     decode(&bytes).map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?;
                 self.ahead.insert(key, (Arc::new(object), bytes.len()));
+            } else {
+                self.absent.insert(key);
             }
         }
         Ok(())

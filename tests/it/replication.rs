@@ -189,6 +189,87 @@ fn a_second_server_on_the_bucket_fences_the_first() {
     drop((a, b));
 }
 
+/// Node A keeps writing while node B starts on the bucket: B takes A's volumes within the
+/// start timeout instead of chasing A's stream (a fence that loses a race to a landing window
+/// is followed by fences of the windows after it, all at once), B serves every write A
+/// acknowledged at its offset, A is fenced, and the bucket passes the stream audit. With four
+/// producers, with B under A's own node id (a new incarnation), and with one producer.
+#[test]
+fn a_second_server_takes_the_volumes_of_a_first_that_keeps_writing() {
+    for (b_node, producers) in [("b", 4), ("a", 4), ("b", 1)] {
+        takes_from_a_busy_node(b_node, producers);
+    }
+}
+
+fn takes_from_a_busy_node(b_node: &str, producers: u32) {
+    let s3 = block_on(fresh_s3_bucket());
+    let dir_a = tempfile::tempdir().expect("temp dir");
+    let dir_b = tempfile::tempdir().expect("temp dir");
+    let settings = [
+        ("DURABILITY__STORAGE__VOLUMES", "2"),
+        ("DURABILITY__REPLICATION__SNAPSHOT_INTERVAL_MS", "3600000"),
+        ("DURABILITY__REPLICATION__GC_GRACE_MS", "3600000"),
+    ];
+    let a = start_node(dir_a.path(), &s3, &s3.endpoint, "a", &settings);
+    let stop = Arc::new(AtomicBool::new(false));
+    let producers: Vec<_> = (0..producers)
+        .map(|partition| {
+            let (addr, stop) = (a.addr, stop.clone());
+            thread::spawn(move || {
+                let mut acknowledged = Vec::new();
+                for n in 0.. {
+                    if stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let key = format!("a-{partition}-{n}");
+                    match append(addr, partition, &key) {
+                        Ok((202, body)) => acknowledged.push((single_offset(&body), key)),
+                        Ok((503, _)) => thread::sleep(Duration::from_millis(20)),
+                        other => panic!("A's append of {key}: {other:?}"),
+                    }
+                }
+                (partition, acknowledged)
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_secs(3));
+
+    let started = Instant::now();
+    let b = start_node(dir_b.path(), &s3, &s3.endpoint, b_node, &settings);
+    let took = started.elapsed();
+    thread::sleep(Duration::from_millis(500));
+    stop.store(true, Ordering::SeqCst);
+    let acknowledged: BTreeMap<u32, Vec<(u64, String)>> = producers
+        .into_iter()
+        .map(|producer| producer.join().expect("a producer"))
+        .collect();
+    let count: usize = acknowledged.values().map(Vec::len).sum();
+    println!(
+        "B ({b_node}) served {took:?} after its start, while A acknowledged {count} writes \
+         from {} producers",
+        acknowledged.len()
+    );
+
+    assert_eq!(metric(a.addr, "durability_replica_fenced"), Some(1.0));
+    for (partition, records) in &acknowledged {
+        let held = keyed_offsets(&read_all(b.addr, *partition));
+        assert_contiguous_and_unique(&held);
+        for (offset, key) in records {
+            assert_eq!(
+                held.get(*offset as usize).map(|(_, held)| held),
+                Some(key),
+                "B serves A's acknowledged {key} of partition {partition} at {offset}"
+            );
+        }
+    }
+    let audit = block_on(audit_bucket(&s3));
+    assert!(
+        audit.streams[&("a".to_owned(), 1)].fenced_at.is_some(),
+        "A's stream ends with a fence"
+    );
+    drop((a, b));
+}
+
 /// Node A is stopped (SIGSTOP) with a window PUT in flight (held by its proxy); node B takes
 /// the volumes meanwhile, sealing A's stream at that window's seq. Resumed, A's PUT meets the
 /// fence: the write is answered `503 unavailable`, never `202`, and neither node serves it.
@@ -1003,6 +1084,9 @@ struct StreamAudit {
 /// was storing may hold the windows stored at once with it after its fence.
 const PUTS_IN_FLIGHT: u64 = 2;
 
+/// Fences a take creates at once after one lost a race (twice the most windows in flight).
+const FENCE_AHEAD: u64 = 32;
+
 /// Lists every replica object and checks the invariants that hold whatever happened: each
 /// stream's seqs run from 0 without a gap up to its fence, after which only windows stored at
 /// once with the one it took the place of may follow, each window's header
@@ -1056,10 +1140,14 @@ pub(crate) async fn audit_bucket(s3: &S3Settings) -> Audit {
                 .unwrap_or_else(|err| panic!("GET {key}: {err}"));
             let bytes = response.to_vec();
             if let Some(fence) = fenced_at {
-                // Stored at once with the window the fence took the place of, and on no
-                // history: its writes were never acknowledged.
+                // A window stored at once with the one the fence took the place of, on no
+                // history (its writes were never acknowledged), or a fence of those a taker
+                // creates at once after losing a race to a live writer.
+                let stored_at_once = seq < fence + PUTS_IN_FLIGHT;
+                let fenced_at_once =
+                    seq < fence + FENCE_AHEAD && bytes.starts_with(b"DURABILITY-FENCE-1\n");
                 assert!(
-                    seq < fence + PUTS_IN_FLIGHT && !bytes.starts_with(b"DURABILITY-FENCE-1\n"),
+                    stored_at_once || fenced_at_once,
                     "{key}: an object after the stream's fence at {fence}"
                 );
                 continue;
