@@ -696,6 +696,27 @@ impl Config {
         Ok(())
     }
 
+    /// Checks that the `[cold]` S3 bucket can be reached and honours the conditional writes
+    /// replication relies on (`If-None-Match: *` and `If-Match` on PUT), the check a replicated
+    /// server makes at every start: writes, rewrites and deletes a probe object under
+    /// `replication.prefix`. `--check-config --check-bucket` runs it. Blocks on the network, a
+    /// few requests each waited for at most 5 s.
+    ///
+    /// # Errors
+    /// A sentence saying why the bucket is unfit: there is none (`cold.kind` is not `"s3"`), it
+    /// makes no client, cannot be reached or answers a failure (naming the operation), or does
+    /// not honour a condition (naming which).
+    pub fn check_bucket(&self) -> Result<(), String> {
+        if self.cold.kind != ColdKind::S3 {
+            return Err(format!(
+                "there is no bucket to check: cold.kind is {:?}, not \"s3\"",
+                format!("{:?}", self.cold.kind).to_lowercase()
+            ));
+        }
+        crate::replica::probe::check_bucket(&self.cold.s3(), &self.replication)
+            .map_err(|err| err.to_string())
+    }
+
     /// Checks every rule the types cannot express.
     ///
     /// # Errors

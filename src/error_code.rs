@@ -151,12 +151,18 @@ impl PartialEq<ErrorCode> for &str {
 }
 
 /// `err` followed by each of its causes: `storage failure: database disk image is malformed`.
+/// A cause whose text already ends what is said is not repeated: an error that says its source
+/// in its own message (`#[error("the bucket: {0}")] Bucket(#[from] ObjectError)`) still names
+/// it as its source.
 pub fn with_causes(err: &dyn std::error::Error) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let said = cause.to_string();
+        if !text.ends_with(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
         source = cause.source();
     }
     text
@@ -165,6 +171,24 @@ pub fn with_causes(err: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("the bucket: {0}")]
+    struct SaysItsSource(#[from] std::io::Error);
+
+    /// Each cause is said once, after its error, unless that error's message said it already.
+    #[test]
+    fn causes_are_said_once() {
+        let cause = || std::io::Error::other("status 404");
+        assert_eq!(
+            with_causes(&SaysItsSource(cause())),
+            "the bucket: status 404"
+        );
+        let outer = std::io::Error::other(SaysItsSource(cause()));
+        assert_eq!(with_causes(&outer), "the bucket: status 404");
+        let storage = crate::store::StoreError::Thread(cause());
+        assert_eq!(with_causes(&storage), "cannot start a thread: status 404");
+    }
 
     /// The wire string is what serde writes, and every code is listed once.
     #[test]

@@ -53,6 +53,11 @@ struct Args {
     /// is valid, 2 when not.
     #[arg(long)]
     check_config: bool,
+    /// With --check-config: also checks that the `[cold]` S3 bucket can be reached and honours
+    /// the conditional writes replication relies on (If-None-Match and If-Match, with a probe
+    /// object under replication.prefix, as a replicated server does at start); 2 when not.
+    #[arg(long, requires = "check_config")]
+    check_bucket: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -89,7 +94,20 @@ fn main() -> ExitCode {
         }
     };
     if args.check_config {
+        if args.check_bucket
+            && let Err(why) = config.check_bucket()
+        {
+            let _ = writeln!(std::io::stderr(), "error: {why}");
+            return ExitCode::from(2);
+        }
         let _ = writeln!(std::io::stdout(), "configuration is valid");
+        if args.check_bucket {
+            let _ = writeln!(
+                std::io::stdout(),
+                "bucket {} honours conditional writes (If-None-Match and If-Match)",
+                config.cold.s3_bucket
+            );
+        }
         return ExitCode::SUCCESS;
     }
     if let Some(Command::AcceptDamage { volume, by }) = args.command {
@@ -280,8 +298,8 @@ mod tests {
         Args::command().debug_assert();
     }
 
-    /// Every spelling of `--config` names the file; `--check-config` is a flag; anything else
-    /// is refused.
+    /// Every spelling of `--config` names the file; `--check-config` is a flag, and
+    /// `--check-bucket` one that only goes with it; anything else is refused.
     #[test]
     fn parses_config_flags() {
         let parse = |list: &[&str]| Args::try_parse_from(["durability"].iter().chain(list));
@@ -296,6 +314,13 @@ mod tests {
         }
         assert!(parse(&["--check-config"]).unwrap().check_config);
         assert!(!parse(&[]).unwrap().check_config);
+        let both = parse(&["--check-config", "--check-bucket"]).unwrap();
+        assert!(both.check_config && both.check_bucket);
+        assert!(!parse(&["--check-config"]).unwrap().check_bucket);
+        assert!(
+            parse(&["--check-bucket"]).is_err(),
+            "--check-bucket goes with --check-config"
+        );
         assert!(parse(&["--config"]).is_err());
         assert!(parse(&["--bogus"]).is_err());
     }

@@ -103,11 +103,13 @@ pub enum ColdStoreError {
         source: std::io::Error,
     },
     /// The object store answered with an error or could not be reached.
-    #[error("object store request failed on {key}: {message}")]
+    #[error("{message}")]
     Remote {
         /// The object concerned.
         key: String,
-        /// What the object store said.
+        /// What failed, as a sentence naming the operation, the bucket and the object, with
+        /// what the object store said (`S3 PUT of {key} in bucket {bucket} failed: status 404,
+        /// NoSuchBucket: The specified bucket does not exist`).
         message: String,
     },
     /// The object store is misconfigured (bad endpoint, credentials or bucket name).

@@ -2,13 +2,16 @@
 //! client that the cold tier and the replica share, and the cold store in a bucket.
 //!
 //! rust-s3 answers a failed status as an error (`fail-on-err`), including 404 and 412; the
-//! client's calls turn the ones that are answers into values. Nothing here retries: the caller
-//! knows whether a retry is safe.
+//! client's calls turn the ones that are answers into values, and the others into an
+//! [`ObjectError`], a sentence naming the operation, its key and the bucket, with S3's own
+//! code and message (never its XML). Nothing here retries: the caller knows whether a retry is
+//! safe.
 
 use std::time::Duration;
 
 use s3::creds::Credentials;
 use s3::error::S3Error;
+use s3::request::ResponseData;
 use s3::{Bucket, Region};
 
 use super::{ColdFuture, ColdStore, ColdStoreError, PutOutcome, SegmentKey};
@@ -80,19 +83,86 @@ impl S3Settings {
 }
 
 /// A request that failed without an answer that means something (a network error, a timeout,
-/// a 5xx): its outcome is unknown.
+/// a 5xx, a bucket that does not exist), or a client that could not be made: said as a
+/// sentence naming the operation, its key and the bucket (never the XML body S3 answers a
+/// failure with: see [`reason`]).
 #[derive(Debug, thiserror::Error)]
-#[error("{key}: {message}")]
-pub(crate) struct ObjectError {
-    key: String,
-    message: String,
+pub(crate) enum ObjectError {
+    /// A request failed; its outcome is unknown.
+    #[error("S3 {op} of {key} in bucket {bucket} failed: {reason}")]
+    Request {
+        /// `PUT`, `GET`, `LIST` or `DELETE`.
+        op: &'static str,
+        bucket: String,
+        /// The object, or the prefix of a listing.
+        key: String,
+        /// Why, in words (see [`reason`]).
+        reason: String,
+    },
+    /// The settings make no client (a region, credentials or bucket name it refuses).
+    #[error("no S3 client for bucket {bucket}: {reason}")]
+    Client { bucket: String, reason: String },
 }
 
-fn failed(key: &str, err: impl std::fmt::Display) -> ObjectError {
-    ObjectError {
+/// The operations, as [`ObjectError`] names them.
+pub(crate) const PUT: &str = "PUT";
+pub(crate) const GET: &str = "GET";
+pub(crate) const LIST: &str = "LIST";
+pub(crate) const DELETE: &str = "DELETE";
+
+/// Request `op` of `key` in `bucket` failed for `reason`.
+pub(crate) fn request_failed(
+    op: &'static str,
+    bucket: &str,
+    key: &str,
+    reason: impl Into<String>,
+) -> ObjectError {
+    ObjectError::Request {
+        op,
+        bucket: bucket.to_owned(),
         key: key.to_owned(),
-        message: err.to_string(),
+        reason: reason.into(),
     }
+}
+
+/// Why a request failed, in words: the one rule for every S3 error of this crate. A failure
+/// status is said with S3's own `Code` and `Message` when the body is S3's XML error document
+/// (the XML itself is never repeated); any other error with its causes.
+fn reason(err: &S3Error) -> String {
+    match err {
+        S3Error::HttpFailWithBody(status, body) => answered(*status, body),
+        // rust-s3 says its source in its own message (`reqwest: {0}`): said once.
+        other => crate::error_code::with_causes(other),
+    }
+}
+
+/// A failure status and its body, in words (see [`reason`]).
+fn answered(status: u16, body: &str) -> String {
+    match (element(body, "Code"), element(body, "Message")) {
+        (Some(code), Some(message)) => format!("status {status}, {code}: {message}"),
+        (Some(code), None) => format!("status {status}, {code}"),
+        (None, Some(message)) => format!("status {status}: {message}"),
+        // Plain text (a proxy's answer) is said as is, markup never.
+        (None, None) if !body.trim().is_empty() && !body.contains('<') => {
+            let text: String = body.trim().chars().take(200).collect();
+            format!("status {status}: {text}")
+        }
+        (None, None) => format!("status {status}"),
+    }
+}
+
+/// The text of the first `<{name}>` element of an XML document, its entities decoded.
+fn element(xml: &str, name: &str) -> Option<String> {
+    let start = xml.find(&format!("<{name}>"))? + name.len() + 2;
+    let len = xml[start..].find(&format!("</{name}>"))?;
+    let text = xml[start..start + len]
+        .trim()
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&");
+    (!text.is_empty()).then_some(text)
 }
 
 /// What a conditional write answered.
@@ -107,6 +177,8 @@ pub(crate) enum Put {
 /// One bucket.
 #[derive(Debug)]
 pub(crate) struct Objects {
+    /// The bucket's name, for errors.
+    name: String,
     backend: Backend,
 }
 
@@ -125,7 +197,10 @@ impl Objects {
         settings: &S3Settings,
         timeout: Option<Duration>,
     ) -> Result<Self, ObjectError> {
-        let config = |err: &dyn std::fmt::Display| failed(&settings.bucket, err);
+        let config = |err: &dyn std::fmt::Display| ObjectError::Client {
+            bucket: settings.bucket.clone(),
+            reason: err.to_string(),
+        };
         let bucket = Bucket::new(
             &settings.bucket,
             settings.region().map_err(|err| config(&err))?,
@@ -144,16 +219,34 @@ impl Objects {
             None => bucket,
         };
         Ok(Self {
+            name: settings.bucket.clone(),
             backend: Backend::S3(bucket),
         })
     }
 
-    /// A client of `bucket`, in memory.
+    /// A client of `bucket`, in memory (named `memory`).
     #[cfg(test)]
     pub(crate) fn memory(bucket: std::sync::Arc<memory::MemoryBucket>) -> Self {
         Self {
+            name: memory::NAME.to_owned(),
             backend: Backend::Memory(bucket),
         }
+    }
+
+    /// The bucket's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Request `op` of `key` failed with `err` (see [`reason`]).
+    fn failed(&self, op: &'static str, key: &str, err: &S3Error) -> ObjectError {
+        request_failed(op, &self.name, key, reason(err))
+    }
+
+    /// Request `op` of `key` was answered `response`, which is no answer it expects.
+    fn refused(&self, op: &'static str, key: &str, response: &ResponseData) -> ObjectError {
+        let body = String::from_utf8_lossy(response.as_slice());
+        request_failed(op, &self.name, key, answered(response.status_code(), &body))
     }
 
     /// The bucket in memory, when this is one.
@@ -184,7 +277,7 @@ impl Objects {
             .bucket()
             .put_object_builder(key, bytes)
             .with_header(header.0, header.1)
-            .map_err(|err| failed(key, err))?;
+            .map_err(|err| self.failed(PUT, key, &err))?;
         match request.execute().await {
             Ok(response) if response.status_code() / 100 == 2 => {
                 // rust-s3 answers a PUT's ETag header as its body.
@@ -194,9 +287,9 @@ impl Objects {
                 Ok(Put::Stored(etag))
             }
             Ok(response) if response.status_code() == 412 => Ok(Put::ConditionFailed),
-            Ok(response) => Err(failed(key, format!("status {}", response.status_code()))),
+            Ok(response) => Err(self.refused(PUT, key, &response)),
             Err(S3Error::HttpFailWithBody(412, _)) => Ok(Put::ConditionFailed),
-            Err(err) => Err(failed(key, err)),
+            Err(err) => Err(self.failed(PUT, key, &err)),
         }
     }
 
@@ -235,9 +328,9 @@ impl Objects {
                 Ok(Some((response.to_vec(), etag)))
             }
             Ok(response) if response.status_code() == 404 => Ok(None),
-            Ok(response) => Err(failed(key, format!("status {}", response.status_code()))),
+            Ok(response) => Err(self.refused(GET, key, &response)),
             Err(S3Error::HttpFailWithBody(404, _)) => Ok(None),
-            Err(err) => Err(failed(key, err)),
+            Err(err) => Err(self.failed(GET, key, &err)),
         }
     }
 
@@ -259,9 +352,9 @@ impl Objects {
         {
             Ok(response) if response.status_code() / 100 == 2 => Ok(Some(response.to_vec())),
             Ok(response) if response.status_code() == 404 => Ok(None),
-            Ok(response) => Err(failed(key, format!("status {}", response.status_code()))),
+            Ok(response) => Err(self.refused(GET, key, &response)),
             Err(S3Error::HttpFailWithBody(404, _)) => Ok(None),
-            Err(err) => Err(failed(key, err)),
+            Err(err) => Err(self.failed(GET, key, &err)),
         }
     }
 
@@ -275,7 +368,7 @@ impl Objects {
             .bucket()
             .list(prefix.to_owned(), None)
             .await
-            .map_err(|err| failed(prefix, err))?;
+            .map_err(|err| self.failed(LIST, prefix, &err))?;
         let mut keys: Vec<String> = pages
             .into_iter()
             .flat_map(|page| page.contents)
@@ -295,9 +388,9 @@ impl Objects {
             Ok(response) if response.status_code() / 100 == 2 || response.status_code() == 404 => {
                 Ok(())
             }
-            Ok(response) => Err(failed(key, format!("status {}", response.status_code()))),
+            Ok(response) => Err(self.refused(DELETE, key, &response)),
             Err(S3Error::HttpFailWithBody(404, _)) => Ok(()),
-            Err(err) => Err(failed(key, err)),
+            Err(err) => Err(self.failed(DELETE, key, &err)),
         }
     }
 
@@ -311,7 +404,7 @@ impl Objects {
             .bucket()
             .list(prefix.to_owned(), Some("/".to_owned()))
             .await
-            .map_err(|err| failed(prefix, err))?;
+            .map_err(|err| self.failed(LIST, prefix, &err))?;
         Ok(pages
             .into_iter()
             .flat_map(|page| page.common_prefixes.unwrap_or_default())
@@ -338,18 +431,19 @@ impl S3ColdStore {
     /// # Errors
     /// [`ColdStoreError::Config`] for an unusable region, credentials or bucket name.
     pub fn new(settings: &S3Settings) -> Result<Self, ColdStoreError> {
-        let objects = Objects::new(settings, None).map_err(|err| {
-            ColdStoreError::Config(format!("bucket {:?}: {err}", settings.bucket))
-        })?;
+        let objects = Objects::new(settings, None)?;
         Ok(Self { objects })
     }
 }
 
 impl From<ObjectError> for ColdStoreError {
     fn from(err: ObjectError) -> Self {
-        Self::Remote {
-            key: err.key,
-            message: err.message,
+        match &err {
+            ObjectError::Request { key, .. } => Self::Remote {
+                key: key.clone(),
+                message: err.to_string(),
+            },
+            ObjectError::Client { .. } => Self::Config(err.to_string()),
         }
     }
 }
@@ -388,5 +482,64 @@ impl ColdStore for S3ColdStore {
 
     fn delete<'a>(&'a self, key: &'a SegmentKey) -> ColdFuture<'a, ()> {
         Box::pin(async move { Ok(self.objects.delete(key.as_str()).await?) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// S3's XML error document is said by its code and message, never repeated as XML; a body
+    /// that is not S3's is said when it is plain text, and left out when it is markup.
+    #[test]
+    fn failures_are_sentences_without_xml() {
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchBucket</Code>\
+                    <Message>The specified bucket does not exist</Message>\
+                    <BucketName>gone</BucketName></Error>";
+        let err = request_failed(
+            PUT,
+            "gone",
+            "replica/volumes",
+            reason(&S3Error::HttpFailWithBody(404, body.into())),
+        );
+        assert_eq!(
+            err.to_string(),
+            "S3 PUT of replica/volumes in bucket gone failed: status 404, NoSuchBucket: The \
+             specified bucket does not exist"
+        );
+        let cases = [
+            (
+                "<Error><Code>AccessDenied</Code></Error>",
+                "status 403, AccessDenied",
+            ),
+            (
+                "<Error><Message>Tom &amp; Jerry &quot;x&quot;</Message></Error>",
+                "status 403: Tom & Jerry \"x\"",
+            ),
+            ("proxy says no\n", "status 403: proxy says no"),
+            ("<html><body>Forbidden</body></html>", "status 403"),
+            ("", "status 403"),
+        ];
+        for (body, said) in cases {
+            assert_eq!(
+                reason(&S3Error::HttpFailWithBody(403, body.into())),
+                said,
+                "{body}"
+            );
+        }
+    }
+
+    /// A cold-store error is the same sentence, and keeps its key.
+    #[test]
+    fn cold_store_errors_are_the_same_sentences() {
+        let err = request_failed(LIST, "b", "cold/", "status 500");
+        let sentence = err.to_string();
+        let cold = ColdStoreError::from(err);
+        assert!(
+            matches!(&cold, ColdStoreError::Remote { key, .. } if key == "cold/"),
+            "{cold:?}"
+        );
+        assert_eq!(cold.to_string(), sentence);
+        assert_eq!(sentence, "S3 LIST of cold/ in bucket b failed: status 500");
     }
 }

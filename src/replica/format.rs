@@ -12,6 +12,8 @@
 //!   required: where no batch is found, the windows are read one by one.
 //! - `{prefix}/vol/{volume}/manifest`: a volume's [`Manifest`].
 //! - `{prefix}/vol/{volume}/snapshot/{node}-{inc}-{seq}`: a copy of a volume's database file.
+//! - `{prefix}/probe/{node}-{id}`: an object written and deleted at each start, before anything
+//!   else, to check that the bucket honours conditional writes (see `probe.rs`).
 //!
 //! Numbers in keys are zero-padded, so keys sort as their numbers do.
 
@@ -105,6 +107,11 @@ impl Keys {
         let (first, last) = parts.next()?.split_once('-')?;
         let (first, last) = (first.parse().ok()?, last.parse().ok()?);
         (parts.next().is_none() && first <= last).then_some((node, inc, first, last))
+    }
+
+    /// A start's probe object: `id` tells apart the starts of one node.
+    pub(crate) fn probe(&self, node: &str, id: &str) -> String {
+        format!("{}/probe/{node}-{id}", self.prefix)
     }
 
     pub(crate) fn manifest(&self, volume: usize) -> String {

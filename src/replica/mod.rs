@@ -18,6 +18,7 @@ mod format;
 #[cfg(test)]
 mod history_tests;
 mod maintenance;
+pub(crate) mod probe;
 mod take;
 
 use std::collections::VecDeque;
@@ -350,6 +351,7 @@ impl Node {
     ) -> Result<Arc<Self>, ReplicaError> {
         let keys = Keys::new(&settings.prefix);
         let node = settings.node();
+        probe::conditional_writes(&objects, &keys, &node).await?;
         take::fix_volume_count(&objects, &keys, volumes).await?;
         take::fix_cluster(&objects, &keys, cluster).await?;
         let inc = take::claim(&objects, &keys, &node).await?;

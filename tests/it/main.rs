@@ -1,6 +1,7 @@
 //! Integration tests: one binary, one module per area.
 
 mod actors;
+mod bucket_check;
 mod chaos;
 pub(crate) mod cluster;
 mod cold;

@@ -1,14 +1,18 @@
 //! A bucket in memory behind [`Objects`](super::Objects), for unit tests of the replica: the
 //! conditional writes, reads, listings and deletes of S3 as the replica uses them, answered at
 //! once, with failures, lost answers, hangs and interleavings of concurrent callers injected
-//! by a [`Faults`] hook.
+//! by a [`Faults`] hook; or a bucket that ignores the conditions of its writes, as one behind a
+//! proxy that strips `If-None-Match` and `If-Match` does.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use sha2::{Digest, Sha256};
 
-use super::{ObjectError, Put, failed};
+use super::{DELETE, GET, LIST, ObjectError, PUT, Put, request_failed};
+
+/// A bucket in memory's name, in errors.
+pub(crate) const NAME: &str = "memory";
 
 /// What a call asks of the bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,6 +24,18 @@ pub(crate) enum Op {
     Keys,
     Delete,
     Folders,
+}
+
+impl Op {
+    /// The S3 request it stands for.
+    fn request(self) -> &'static str {
+        match self {
+            Op::Create | Op::Replace => PUT,
+            Op::Get | Op::HeadBytes => GET,
+            Op::Keys | Op::Folders => LIST,
+            Op::Delete => DELETE,
+        }
+    }
 }
 
 /// One call, as the hook sees it: `key` is the prefix of a listing.
@@ -77,6 +93,17 @@ type Stored = (Arc<[u8]>, String);
 pub(crate) struct MemoryBucket {
     objects: Mutex<BTreeMap<String, Stored>>,
     faults: Box<dyn Faults>,
+    /// Which write conditions it ignores, storing the object whatever is there.
+    ignores: Ignores,
+}
+
+/// The write conditions a [`MemoryBucket`] ignores.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Ignores {
+    /// A create-only write replaces an existing object.
+    pub if_none_match: bool,
+    /// A write naming an ETag replaces the object whatever its ETag (or creates it).
+    pub if_match: bool,
 }
 
 impl std::fmt::Debug for MemoryBucket {
@@ -98,6 +125,17 @@ impl MemoryBucket {
         Arc::new(Self {
             objects: Mutex::default(),
             faults: Box::new(faults),
+            ignores: Ignores::default(),
+        })
+    }
+
+    /// An empty bucket that answers every call at once, ignoring the write conditions of
+    /// `ignores`.
+    pub(crate) fn ignoring(ignores: Ignores) -> Arc<Self> {
+        Arc::new(Self {
+            objects: Mutex::default(),
+            faults: Box::new(NoFaults),
+            ignores,
         })
     }
 
@@ -128,7 +166,14 @@ impl MemoryBucket {
             tokio::task::yield_now().await;
         }
         match answer.fault {
-            Some(Fault::Fail) => return Err(failed(key, "injected: the request failed")),
+            Some(Fault::Fail) => {
+                return Err(request_failed(
+                    op.request(),
+                    NAME,
+                    key,
+                    "injected: the request failed",
+                ));
+            }
             Some(Fault::Hang) => {
                 self.faults.hangs(&call);
                 return std::future::pending().await;
@@ -137,7 +182,12 @@ impl MemoryBucket {
         }
         let outcome = apply(&mut self.objects());
         match answer.fault {
-            Some(Fault::LoseAnswer) => Err(failed(key, "injected: the answer was lost")),
+            Some(Fault::LoseAnswer) => Err(request_failed(
+                op.request(),
+                NAME,
+                key,
+                "injected: the answer was lost",
+            )),
             Some(Fault::HangAfter) => {
                 self.faults.hangs(&call);
                 std::future::pending().await
@@ -153,7 +203,7 @@ impl MemoryBucket {
     /// `If-None-Match: *`.
     pub(crate) async fn create(&self, key: &str, bytes: &[u8]) -> Result<Put, ObjectError> {
         self.call(Op::Create, key, |objects| {
-            if objects.contains_key(key) {
+            if objects.contains_key(key) && !self.ignores.if_none_match {
                 return Put::ConditionFailed;
             }
             let etag = Self::etag(bytes);
@@ -170,13 +220,14 @@ impl MemoryBucket {
         bytes: &[u8],
         etag: &str,
     ) -> Result<Put, ObjectError> {
-        self.call(Op::Replace, key, |objects| match objects.get_mut(key) {
-            Some(stored) if stored.1 == etag => {
-                let etag = Self::etag(bytes);
-                *stored = (bytes.into(), etag.clone());
-                Put::Stored(etag)
+        self.call(Op::Replace, key, |objects| {
+            let matches = objects.get(key).is_some_and(|stored| stored.1 == etag);
+            if !matches && !self.ignores.if_match {
+                return Put::ConditionFailed;
             }
-            _ => Put::ConditionFailed,
+            let etag = Self::etag(bytes);
+            objects.insert(key.to_owned(), (bytes.into(), etag.clone()));
+            Put::Stored(etag)
         })
         .await
     }
