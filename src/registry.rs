@@ -355,7 +355,7 @@ impl PartitionRegistry {
             return Ok(Some(running.addr.clone()));
         }
         let unavailable = |err: StoreError| match err {
-            StoreError::Corrupted { .. } => Error::Store(err),
+            StoreError::Corrupted { .. } | StoreError::Healing { .. } => Error::Store(err),
             err => Error::unavailable(Some(id), "cannot open its store", Some(err.into())),
         };
         let dead_letter = (self.dead_letter_for)(id.topic());
@@ -698,8 +698,9 @@ impl Handler<Shutdown> for PartitionRegistry {
     }
 }
 
-/// Hands volume `volume` to another node of the cluster: no partition of it opens here from
-/// now on, each running one stops after committing what it has queued, and the volume is
+/// Hands volume `volume` to another node of the cluster, or, when `healing`, to its rebuild
+/// from the replica's bucket: no partition of it opens here from now on (until it is attached
+/// again), each running one stops after committing what it has queued, and the volume is
 /// closed.
 #[derive(Message, Debug)]
 #[rtype(result = "()")]
@@ -707,13 +708,14 @@ pub(crate) struct ReleaseVolume {
     pub volume: usize,
     /// How many volumes a partition's name is spread over.
     pub volume_count: usize,
+    pub healing: bool,
 }
 
 impl Handler<ReleaseVolume> for PartitionRegistry {
     type Result = ResponseActFuture<Self, ()>;
 
     fn handle(&mut self, release: ReleaseVolume, ctx: &mut Self::Context) -> Self::Result {
-        let detached = self.volumes.detach(release.volume);
+        let detached = self.volumes.detach(release.volume, release.healing);
         let leaving: Vec<PartitionId> = self
             .running
             .keys()

@@ -9,8 +9,9 @@ use utoipa::ToSchema;
 use crate::error::{Error, ErrorCode};
 use crate::log::{AppendRejection, StoreError};
 
-/// Seconds a client is told to wait (`Retry-After`) before retrying an `overloaded` request.
-const OVERLOADED_RETRY_AFTER_SECS: u32 = 1;
+/// Seconds a client is told to wait (`Retry-After`) before retrying an `overloaded` request,
+/// or one of a volume being rebuilt from the bucket.
+const RETRY_AFTER_SECS: u32 = 1;
 
 /// An error answered over HTTP: the body it answers, whose code decides the status.
 #[derive(Debug)]
@@ -54,6 +55,10 @@ pub struct ErrorDetail {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     partitions: Option<u32>,
+    /// Whether the answer says when to retry (`Retry-After`): `overloaded`, and `unavailable`
+    /// while a volume is rebuilt.
+    #[serde(skip)]
+    retry_after: bool,
 }
 
 impl ApiError {
@@ -67,6 +72,7 @@ impl ApiError {
             batch_id: None,
             next_offset: None,
             partitions: None,
+            retry_after: code == ErrorCode::Overloaded,
         })
     }
 
@@ -103,18 +109,12 @@ impl ResponseError for ApiError {
 
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code());
-        match self.code() {
-            ErrorCode::Overloaded => {
-                response.insert_header((
-                    actix_web::http::header::RETRY_AFTER,
-                    OVERLOADED_RETRY_AFTER_SECS,
-                ));
-            }
-            // RFC 9110: a 401 names the scheme that would be accepted.
-            ErrorCode::Unauthorized => {
-                response.insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
-            }
-            _ => {}
+        if self.0.error.retry_after {
+            response.insert_header((actix_web::http::header::RETRY_AFTER, RETRY_AFTER_SECS));
+        }
+        // RFC 9110: a 401 names the scheme that would be accepted.
+        if self.code() == ErrorCode::Unauthorized {
+            response.insert_header((actix_web::http::header::WWW_AUTHENTICATE, "Bearer"));
         }
         response.json(&self.0)
     }
@@ -137,6 +137,7 @@ impl From<Error> for ApiError {
                 detail.next_offset = Some(next_offset);
             }
             Error::UnknownPartition { partitions, .. } => detail.partitions = Some(partitions),
+            Error::Store(StoreError::Healing { .. }) => detail.retry_after = true,
             _ => {}
         }
         Self::from_detail(detail)
@@ -185,5 +186,15 @@ mod tests {
         assert_eq!(response.status(), 500);
         assert!(response.headers().get(RETRY_AFTER).is_none());
         assert_eq!(corrupted.code(), "corrupted");
+    }
+
+    /// A volume being rebuilt from the bucket is a 503 that tells the client when to retry.
+    #[test]
+    fn a_volume_being_rebuilt_is_503_with_retry_after() {
+        let healing = ApiError::from(Error::Store(StoreError::Healing { volume: 3 }));
+        let response = healing.error_response();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
+        assert_eq!(healing.code(), "unavailable");
     }
 }

@@ -101,6 +101,11 @@ impl LogBuilder {
                 .map_err(cannot_take)?,
             ),
         };
+        // A single node rebuilds the volumes it finds damaged from the bucket (see `heal.rs`).
+        let heal_requests = match (&cluster, &replicator) {
+            (None, Some(replicator)) => Some(replicator.heal_requests()),
+            _ => None,
+        };
         let stream = replicator
             .clone()
             .map(|replicator| replicator as Arc<dyn Stream>);
@@ -190,12 +195,22 @@ impl LogBuilder {
                 addresses: addresses.clone(),
             })
         });
+        if let (Some(requests), Some(replicator)) = (heal_requests, &replicator) {
+            actix::spawn(super::heal::heal_volumes(
+                requests,
+                registry.clone(),
+                volumes.clone(),
+                replicator.clone(),
+                volume_count,
+            ));
+        }
         if let (Some(cluster), Some(replicator)) = (&cluster, replicator) {
             let closer = registry.clone();
             let close_volume: CloseVolume = Arc::new(move |volume| {
                 let release = ReleaseVolume {
                     volume,
                     volume_count,
+                    healing: false,
                 };
                 let sent = closer.send(release);
                 Box::pin(async move {

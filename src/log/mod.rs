@@ -12,6 +12,7 @@
 mod builder;
 mod consume;
 mod dead_letter;
+mod heal;
 mod leases;
 mod long_poll;
 mod operations;

@@ -23,8 +23,8 @@ mod take;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::cold::S3Settings;
@@ -134,6 +134,9 @@ pub(crate) struct Replicator {
     volumes: usize,
     max_window_bytes: usize,
     put_retry: Duration,
+    /// Where a volume found damaged is sent to be rebuilt ([`Replicator::heal_requests`]);
+    /// without a receiver it stays refused, as an unreplicated one.
+    heal: Mutex<Option<tokio::sync::mpsc::UnboundedSender<usize>>>,
 }
 
 impl Drop for Replicator {
@@ -262,7 +265,51 @@ impl Replicator {
             volumes,
             max_window_bytes,
             put_retry,
+            heal: Mutex::default(),
         }))
+    }
+
+    /// Whether the stream lands nothing more (another node sealed it, or it stopped).
+    pub(crate) fn stopped(&self) -> bool {
+        lock(&self.outbox.windows).stopped.is_some()
+    }
+
+    /// The volumes found damaged from now on, each sent once as it is found, for their
+    /// rebuild ([`Replicator::rebuild`]).
+    pub(crate) fn heal_requests(&self) -> tokio::sync::mpsc::UnboundedReceiver<usize> {
+        let (requests, received) = tokio::sync::mpsc::unbounded_channel();
+        *lock(&self.heal) = Some(requests);
+        received
+    }
+
+    /// Rebuilds volume `volume`, which this incarnation holds and has closed (found damaged),
+    /// from the bucket: once every window submitted so far landed, its copy is set aside and
+    /// made anew from its snapshot and history, this incarnation's own segment replayed up to
+    /// there, as a take would. Runs on the replica's thread; the volume may be opened again
+    /// once this answers.
+    ///
+    /// # Errors
+    /// [`ReplicaError`] when the windows do not land, or the bucket cannot be reached or
+    /// refuses: the volume stays closed, and the rebuild may be tried again.
+    pub(crate) async fn rebuild(self: &Arc<Self>, volume: usize) -> Result<(), ReplicaError> {
+        let (rebuilt, outcome) = tokio::sync::oneshot::channel();
+        let replicator = self.clone();
+        self.runtime.spawn(async move {
+            let last = lock(&replicator.outbox.windows).next_seq - 1;
+            let at = Position {
+                node: replicator.name.clone(),
+                inc: replicator.inc,
+                seq: last,
+            };
+            let done = match replicator.node.wait_for_landing(&at).await {
+                Ok(()) => replicator.node.rebuild(volume, last + 1).await,
+                Err(err) => Err(err),
+            };
+            let _ = rebuilt.send(done);
+        });
+        outcome
+            .await
+            .map_err(|_| ReplicaError::Refused("the replica's thread stopped".into()))?
     }
 
     /// How long the oldest window not landed yet has waited (none waits: `None`): a node whose
@@ -377,6 +424,33 @@ impl Node {
             replay_from: (0..volumes).map(|_| AtomicU64::new(0)).collect(),
             snapshot_windows: settings.snapshot_windows,
         }))
+    }
+
+    /// Makes volume `volume`'s copy anew from the bucket (see [`Replicator::rebuild`]), this
+    /// incarnation's own segment replayed up to window `end`, which landed. No snapshot runs
+    /// meanwhile: it would copy a copy being made.
+    async fn rebuild(&self, volume: usize, end: u64) -> Result<(), ReplicaError> {
+        let _maintenance = self.maintenance.lock().await;
+        let first = self.replay_from[volume].load(Ordering::SeqCst);
+        let mut taker = take::Taker::new(&self.objects, &self.keys, &self.node, self.inc, first);
+        taker.own_end = Some(end);
+        let path = self.data_dir.join(Volume::file_name(volume));
+        if !crate::store::damage_mark_path(&path).exists() {
+            return Err(ReplicaError::Refused(format!(
+                "volume {volume} has no damage mark: it is not rebuilt"
+            )));
+        }
+        let (manifest, etag) = taker.take(&self.data_dir, volume).await?;
+        self.epochs[volume].store(manifest.epoch, Ordering::SeqCst);
+        if let Some(held) = self.volumes[volume].lock().await.as_mut() {
+            held.manifest = manifest;
+            held.etag = etag;
+        }
+        log::info!(
+            "replica: volume {volume} rebuilt from the bucket ({} windows replayed)",
+            taker.replayed
+        );
+        Ok(())
     }
 
     /// Takes `volumes` (see [`take`]), this incarnation's segment of each starting at window
@@ -558,6 +632,12 @@ impl Stream for Replicator {
 
     fn put_retry(&self) -> Duration {
         self.put_retry
+    }
+
+    fn damaged(&self, volume: usize) -> bool {
+        lock(&self.heal)
+            .as_ref()
+            .is_some_and(|heal| heal.send(volume).is_ok())
     }
 }
 

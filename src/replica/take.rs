@@ -71,6 +71,9 @@ pub(super) struct Taker<'a> {
     batches: HashMap<(String, u64), Vec<Listed>>,
     /// Windows the last [`Taker::take`] replayed.
     pub replayed: u64,
+    /// Where this incarnation's own stream landed up to, when it rebuilds a volume it holds:
+    /// its open segment is replayed up to there (see [`Taker::prepare`]).
+    pub own_end: Option<u64>,
 }
 
 /// Checks that the bucket's data is spread over `volumes` volumes, recording it at first use.
@@ -184,6 +187,7 @@ impl<'a> Taker<'a> {
             manifests: HashMap::new(),
             batches: HashMap::new(),
             replayed: 0,
+            own_end: None,
         }
     }
 
@@ -276,6 +280,11 @@ impl<'a> Taker<'a> {
         volume: usize,
     ) -> Result<Prepared, ReplicaError> {
         let path = data_dir.join(Volume::file_name(volume));
+        // A copy found damaged (a malformed page, a hole, lost commits) is never resumed: its
+        // whole history is in the bucket.
+        if crate::store::damage_mark_path(&path).exists() {
+            set_aside(&path, "found damaged")?;
+        }
         let mut local = LocalCopy::open(&path)?;
         let manifest_key = self.keys.manifest(volume);
         let found = match self.manifests.remove(&volume) {
@@ -299,7 +308,7 @@ impl<'a> Taker<'a> {
                 if fresh {
                     remove_copy(&path)?;
                 } else {
-                    set_aside(&path)?;
+                    set_aside(&path, "not on the volume's history in the bucket")?;
                 }
                 if let Some(snapshot) = &manifest.snapshot {
                     let (bytes, _) = self.objects.get(&snapshot.key).await?.ok_or_else(|| {
@@ -319,14 +328,22 @@ impl<'a> Taker<'a> {
         // A take of this incarnation's that wrote the manifest but failed after (a lost
         // answer, a volume of the same take that failed) left this stream's open segment last:
         // it is kept as it is (the volume took no write since), never replayed, which would seal
-        // this node's own stream.
+        // this node's own stream. A rebuild replays it up to where the stream landed.
         let own_open = chain
             .last()
             .is_some_and(|segment| segment.open_of(self.node, self.inc));
-        let replayed = chain.len() - usize::from(own_open);
+        let replayed = chain.len() - usize::from(own_open && self.own_end.is_none());
         for segment in chain[..replayed].iter_mut().skip(first) {
             let start = after.take().map_or(segment.first, |seq| seq + 1);
-            if let Err(err) = self.replay(volume, &mut local, segment, start).await {
+            let own = segment.open_of(self.node, self.inc);
+            if own {
+                segment.end = self.own_end;
+            }
+            let replayed = self.replay(volume, &mut local, segment, start).await;
+            if own {
+                segment.end = None;
+            }
+            if let Err(err) = replayed {
                 let now = self.objects.get(&manifest_key).await?;
                 if now.is_some_and(|(_, now)| now != etag) {
                     return Err(ReplicaError::HistoryMoved(err.to_string()));
@@ -691,16 +708,24 @@ fn remove_if_present(path: &Path) -> Result<(), ReplicaError> {
 
 /// Moves a local copy that is not on its volume's history aside (renamed with the time, never
 /// deleted), with the files that describe it.
-fn set_aside(path: &Path) -> Result<(), ReplicaError> {
+fn set_aside(path: &Path, why: &str) -> Result<(), ReplicaError> {
     let stamp = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |since| since.as_millis());
     let aside = sibling(path, &format!("set-aside-{stamp}"));
     log::warn!(
-        "{}: not on the volume's history in the bucket; moved to {} and rebuilt from the bucket",
+        "{}: {why}; moved to {} and rebuilt from the bucket",
         path.display(),
         aside.display()
     );
+    // Its WAL and damage mark go with it: what it held stays readable, and why it was set
+    // aside stays said.
+    for suffix in ["wal", "damaged"] {
+        let (from, to) = (sibling(path, suffix), sibling(&aside, suffix));
+        if from.exists() {
+            std::fs::rename(&from, &to).map_err(|err| ReplicaError::io(&from, err))?;
+        }
+    }
     std::fs::rename(path, &aside).map_err(|err| ReplicaError::io(path, err))?;
     remove_copy(path)
 }

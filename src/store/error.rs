@@ -86,6 +86,16 @@ pub enum StoreError {
         /// The volume.
         volume: usize,
     },
+    /// The partition's volume was found damaged and is being rebuilt from the replica's bucket
+    /// (see `replica/`): nothing changed; retry shortly.
+    #[error(
+        "volume {volume}, which holds this partition, was found damaged and is being rebuilt \
+         from the bucket; retry shortly"
+    )]
+    Healing {
+        /// The volume.
+        volume: usize,
+    },
     /// The write did not land in the replica's stream (see `replication.rs`): its answer did
     /// not come in time (it may still land; the volume refuses writes until that is known),
     /// or another owner fenced the stream (it never will, and the volume refuses writes).
@@ -106,7 +116,8 @@ impl StoreError {
             | Self::Thread(_)
             | Self::SchemaTooNew { .. }
             | Self::Cold(_)
-            | Self::Replica { .. } => ErrorCode::Unavailable,
+            | Self::Replica { .. }
+            | Self::Healing { .. } => ErrorCode::Unavailable,
             Self::Elsewhere { .. } => ErrorCode::NotOwner,
             Self::InvalidOffset { .. } | Self::NegativeOffset { .. } => ErrorCode::InvalidOffset,
             Self::Truncated { .. } => ErrorCode::LogTruncated,

@@ -65,6 +65,10 @@ pub trait Stream: Send + Sync {
 
     /// How long a write waits for its landing before its callers are answered unavailable.
     fn put_retry(&self) -> Duration;
+
+    /// Volume `volume` was just found damaged: the stream's bucket holds its whole history, so
+    /// it can be rebuilt from there. Answers whether it will be.
+    fn damaged(&self, volume: usize) -> bool;
 }
 
 /// What a node's replication has done since it started, read by the server's metrics.

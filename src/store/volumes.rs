@@ -39,13 +39,16 @@ enum Slot {
     Unopened(Unopened),
     /// Another node holds it (a cluster's volumes are spread over its nodes).
     Elsewhere,
+    /// It was found damaged and is being rebuilt from the replica's bucket: its partitions
+    /// answer `unavailable` until it is attached again.
+    Healing,
 }
 
 impl Slot {
     fn open(&self) -> Option<&Arc<Volume>> {
         match self {
             Self::Open(volume) => Some(volume),
-            Self::Unopened(_) | Self::Elsewhere => None,
+            Self::Unopened(_) | Self::Elsewhere | Self::Healing => None,
         }
     }
 }
@@ -166,13 +169,20 @@ impl Volumes {
         Ok(())
     }
 
-    /// Volume `index` is held by another node from now on: no partition of it opens here any
-    /// more. Answers the volume, for the caller to close once its open partitions drained.
-    pub(crate) fn detach(&self, index: usize) -> Option<Arc<Volume>> {
+    /// Volume `index` is held by another node from now on, or, when `healing`, rebuilt from
+    /// the replica's bucket until [`Volumes::attach`] opens it again: no partition of it opens
+    /// here meanwhile. Answers the volume, for the caller to close once its open partitions
+    /// drained.
+    pub(crate) fn detach(&self, index: usize, healing: bool) -> Option<Arc<Volume>> {
+        let left = if healing {
+            Slot::Healing
+        } else {
+            Slot::Elsewhere
+        };
         let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
-        match std::mem::replace(slots.get_mut(index)?, Slot::Elsewhere) {
+        match std::mem::replace(slots.get_mut(index)?, left) {
             Slot::Open(volume) => Some(volume),
-            Slot::Unopened(_) | Slot::Elsewhere => None,
+            Slot::Unopened(_) | Slot::Elsewhere | Slot::Healing => None,
         }
     }
 
@@ -207,8 +217,10 @@ impl Volumes {
     ) -> Result<Option<(Arc<Volume>, LogStore)>, StoreError> {
         let home = crate::routing::fnv1a_utf16(&id.to_string()) as usize % self.spread;
         let slots = self.slots();
-        if let Some(Slot::Elsewhere) = slots.get(home) {
-            return Err(StoreError::Elsewhere { volume: home });
+        match slots.get(home) {
+            Some(Slot::Elsewhere) => return Err(StoreError::Elsewhere { volume: home }),
+            Some(Slot::Healing) => return Err(StoreError::Healing { volume: home }),
+            _ => {}
         }
         let others = slots
             .iter()
@@ -222,11 +234,13 @@ impl Volumes {
         }
         let unopened = slots.iter().find_map(|slot| match slot {
             Slot::Unopened(unopened) => Some(unopened),
-            Slot::Open(_) | Slot::Elsewhere => None,
+            Slot::Open(_) | Slot::Elsewhere | Slot::Healing => None,
         });
-        // Created only when no volume that could not be opened, or that lost commits, may hold
-        // it already.
-        let create = create && unopened.is_none() && lost(&slots).next().is_none();
+        let healing = slots.iter().position(|slot| matches!(slot, Slot::Healing));
+        // Created only when no volume that could not be opened, is being rebuilt, or lost
+        // commits may hold it already.
+        let create =
+            create && unopened.is_none() && healing.is_none() && lost(&slots).next().is_none();
         let found = match slots[home].open() {
             Some(volume) => {
                 LogStore::open_in(volume, id.topic(), id.index(), options.clone(), create)?
@@ -242,6 +256,9 @@ impl Volumes {
                 reason: format!("{id} may be stored in {unopened}"),
             });
         }
+        if let Some(volume) = healing {
+            return Err(StoreError::Healing { volume });
+        }
         // It may be in a volume that lost commits: its home volume if that one did.
         let mut lost = slots[home].open().into_iter().chain(lost(&slots));
         Ok(lost.find_map(|volume| {
@@ -250,11 +267,13 @@ impl Volumes {
     }
 
     /// Each damaged volume's index and what is wrong with it: `malformed`, `lost` (see
-    /// [`DamageKind`](super::DamageKind)), or `unopenable`.
+    /// [`DamageKind`](super::DamageKind)), `unopenable`, or `healing` (being rebuilt from the
+    /// replica's bucket).
     pub(crate) fn damaged(&self) -> Vec<(usize, &'static str)> {
         let kind = |slot: &Slot| match slot {
             Slot::Unopened(_) => Some("unopenable"),
             Slot::Open(volume) => volume.damage().map(|kind| kind.as_str()),
+            Slot::Healing => Some("healing"),
             Slot::Elsewhere => None,
         };
         let slots = self.slots();

@@ -308,9 +308,7 @@ impl Shared {
     fn commit_group(&self, writer: &mut Writer, group: Vec<AppendRequest>) {
         if let Some(damage) = self.damaged.get() {
             for request in group {
-                (request.reply)(Err(StoreError::Corrupted {
-                    reason: damage.reason.clone(),
-                }));
+                (request.reply)(Err(damage.error()));
             }
             return;
         }
@@ -833,6 +831,10 @@ mod replicated {
 
         fn put_retry(&self) -> Duration {
             self.put_retry
+        }
+
+        fn damaged(&self, _: usize) -> bool {
+            false
         }
     }
 

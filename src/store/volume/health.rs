@@ -26,15 +26,26 @@ pub(in crate::store) enum Fault {
 pub(super) struct Damage {
     pub(super) kind: DamageKind,
     pub(super) reason: String,
+    /// The volume is being rebuilt from the replica's bucket (see `replication.rs`): its
+    /// callers are told to retry, not that it is damaged for good.
+    pub(super) healing: Option<usize>,
 }
 
-/// `corrupted` with `reason`, if there is one.
-fn refuse(reason: Option<&str>) -> Result<(), StoreError> {
-    reason.map_or(Ok(()), |reason| {
-        Err(StoreError::Corrupted {
-            reason: reason.to_owned(),
-        })
-    })
+impl Damage {
+    /// What a caller refused because of it is answered.
+    pub(super) fn error(&self) -> StoreError {
+        match self.healing {
+            Some(volume) => StoreError::Healing { volume },
+            None => StoreError::Corrupted {
+                reason: self.reason.clone(),
+            },
+        }
+    }
+}
+
+/// The error of `damage`, if there is one.
+fn refuse(damage: Option<&Damage>) -> Result<(), StoreError> {
+    damage.map_or(Ok(()), |damage| Err(damage.error()))
 }
 
 /// The file beside a volume that holds its high-water mark: the newest seq known durable.
@@ -87,35 +98,33 @@ impl Shared {
 
     /// Refuses writes to a damaged volume.
     pub(in crate::store) fn check_intact(&self) -> Result<(), StoreError> {
-        refuse(self.damaged.get().map(|damage| damage.reason.as_str()))
+        refuse(self.damaged.get())
     }
 
     /// See [`Volume::known_loss`].
     pub(in crate::store) fn known_loss(&self) -> Option<&str> {
+        self.lost().map(|damage| damage.reason.as_str())
+    }
+
+    fn lost(&self) -> Option<&Damage> {
         self.damaged
             .get()
             .filter(|damage| damage.kind == DamageKind::Lost)
-            .map(|damage| damage.reason.as_str())
     }
 
     /// Refuses every read of a volume with a known loss: what it holds may be older than what
     /// it acknowledged, and serving it as the log would hide the loss.
     pub(in crate::store) fn check_complete(&self) -> Result<(), StoreError> {
-        refuse(self.known_loss())
+        refuse(self.lost())
     }
 
     /// Marks the volume damaged, logging it once and recording it beside the volume (see
-    /// [`damage`]), and answers the error its callers get.
+    /// [`damage`]), and answers the error its callers get. A replicated volume whose stream
+    /// rebuilds it is told to retry meanwhile.
     pub(super) fn mark_damaged(&self, kind: DamageKind, cause: &str) -> StoreError {
         let mut first = false;
         let damage = self.damaged.get_or_init(|| {
             first = true;
-            Damage {
-                kind,
-                reason: format!("the volume {} is damaged: {cause}", self.path.display()),
-            }
-        });
-        if first {
             let mark = DamageMark::now(kind, cause);
             if let Err(err) = damage::write_mark(&self.path, &mark) {
                 log::error!(
@@ -123,15 +132,32 @@ impl Shared {
                     damage::mark_path(&self.path).display()
                 );
             }
-            log::error!(
-                "{}; its partitions refuse writes from now on, also after a restart, until an \
-                 operator accepts the damage",
-                damage.reason
-            );
+            let healing = self
+                .replica
+                .as_ref()
+                .filter(|replica| replica.stream.damaged(replica.volume))
+                .map(|replica| replica.volume);
+            Damage {
+                kind,
+                reason: format!("the volume {} is damaged: {cause}", self.path.display()),
+                healing,
+            }
+        });
+        if first {
+            if damage.healing.is_some() {
+                log::error!(
+                    "{}; its partitions refuse writes until it is rebuilt from the bucket",
+                    damage.reason
+                );
+            } else {
+                log::error!(
+                    "{}; its partitions refuse writes from now on, also after a restart, until \
+                     an operator accepts the damage",
+                    damage.reason
+                );
+            }
         }
-        StoreError::Corrupted {
-            reason: damage.reason.clone(),
-        }
+        damage.error()
     }
 
     /// Takes up the damage an earlier process recorded.
@@ -150,6 +176,7 @@ impl Shared {
         let _ = self.damaged.set(Damage {
             kind: mark.kind,
             reason,
+            healing: None,
         });
     }
 
@@ -180,6 +207,11 @@ impl Shared {
             StoreError::Corrupted { reason } if self.damaged.get().is_none() => {
                 self.mark_damaged(DamageKind::Malformed, reason)
             }
+            // Met again by another caller while the volume is rebuilt: retry.
+            StoreError::Corrupted { .. } => match self.damaged.get() {
+                Some(damage) if damage.healing.is_some() => damage.error(),
+                _ => err,
+            },
             _ => err,
         }
     }

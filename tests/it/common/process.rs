@@ -188,6 +188,16 @@ pub fn request(
     path: &str,
     body: Option<&Value>,
 ) -> Result<(u16, Value), String> {
+    request_with_head(addr, method, path, body).map(|(status, _, body)| (status, body))
+}
+
+/// [`request`], answering the head of the answer too (lowercased, for [`header`]).
+pub fn request_with_head(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+) -> Result<(u16, String, Value), String> {
     let body = body.map(Value::to_string).unwrap_or_default();
     let mut text = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
     if method != "GET" {
@@ -214,8 +224,9 @@ pub fn request(
     parse_response(&response)
 }
 
-/// The status and JSON body of a whole HTTP/1.1 answer (chunked or with a `Content-Length`).
-fn parse_response(response: &[u8]) -> Result<(u16, Value), String> {
+/// The status, lowercased head and JSON body of a whole HTTP/1.1 answer (chunked or with a
+/// `Content-Length`).
+fn parse_response(response: &[u8]) -> Result<(u16, String, Value), String> {
     let split = find(response, b"\r\n\r\n").ok_or("no complete HTTP head")?;
     let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
     let mut body = response[split + 4..].to_vec();
@@ -238,7 +249,7 @@ fn parse_response(response: &[u8]) -> Result<(u16, Value), String> {
     } else {
         serde_json::from_slice(&body).map_err(|err| format!("body is not JSON: {err}"))?
     };
-    Ok((status, value))
+    Ok((status, head, value))
 }
 
 /// The value of header `name` (lowercase) in a lowercased HTTP head.

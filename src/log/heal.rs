@@ -1,0 +1,68 @@
+//! A replicated single node heals its damaged volumes by itself: the bucket holds each volume's
+//! whole history, so a volume found damaged (a malformed page, a hole in a partition, altered
+//! records) is closed, its copy set aside, and made anew from its snapshot and stream, as a
+//! takeover would, with no operator step. Its partitions answer `503 unavailable` with
+//! `Retry-After` meanwhile, and every acknowledged record after; the other volumes serve on.
+//! (A cluster's node leaves a damaged volume refused; the node that takes it next, this one
+//! too, rebuilds it from the bucket, as every take of a copy marked damaged does.)
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use actix::Addr;
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::registry::{PartitionRegistry, ReleaseVolume};
+use crate::replica::Replicator;
+use crate::store::Volumes;
+
+/// Pause before a rebuild that failed (the bucket out of reach) is tried again.
+const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// Rebuilds each volume `damaged` names, one at a time, until the log stops.
+pub(super) async fn heal_volumes(
+    mut damaged: UnboundedReceiver<usize>,
+    registry: Addr<PartitionRegistry>,
+    volumes: Arc<Volumes>,
+    replicator: Arc<Replicator>,
+    volume_count: usize,
+) {
+    while let Some(volume) = damaged.recv().await {
+        if !volumes.holds(volume) {
+            continue; // asked twice, or not open here
+        }
+        let started = Instant::now();
+        log::warn!(
+            "volume {volume} is damaged: rebuilding it from the bucket; its partitions answer \
+             unavailable meanwhile"
+        );
+        let release = ReleaseVolume {
+            volume,
+            volume_count,
+            healing: true,
+        };
+        if registry.send(release).await.is_err() {
+            return; // the log stopped
+        }
+        while let Err(err) = replicator.rebuild(volume).await {
+            if replicator.stopped() {
+                log::error!("volume {volume} cannot be rebuilt: {err}; it stays unavailable");
+                break;
+            }
+            log::error!("rebuilding volume {volume} failed: {err}; retrying");
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+        let attaching = volumes.clone();
+        let attached = actix_web::rt::task::spawn_blocking(move || attaching.attach(volume)).await;
+        match attached {
+            Ok(Ok(())) => log::warn!(
+                "volume {volume} rebuilt from the bucket in {:?}: serving again",
+                started.elapsed()
+            ),
+            Ok(Err(err)) => {
+                log::error!("volume {volume} cannot be opened after its rebuild: {err}")
+            }
+            Err(err) => log::error!("opening volume {volume} after its rebuild failed: {err}"),
+        }
+    }
+}
