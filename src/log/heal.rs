@@ -28,8 +28,8 @@ pub(super) async fn heal_volumes(
     volume_count: usize,
 ) {
     while let Some(volume) = damaged.recv().await {
-        if !volumes.holds(volume) {
-            continue; // asked twice, or not open here
+        if !volumes.holds(volume) || !volumes.marked_damaged(volume) {
+            continue; // asked again (rebuilt since, or being rebuilt), or not open here
         }
         let started = Instant::now();
         log::warn!(

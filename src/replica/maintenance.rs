@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use super::format::{Manifest, Snapshot, is_fence};
 use super::{Node, ReplicaError};
 use crate::cold::s3::Put;
-use crate::store::Position;
+use crate::store::{Position, StoreError};
 
 /// Longest wait of a snapshot for the landing of the newest window its copy holds.
 const LANDING_WAIT: Duration = Duration::from_secs(30);
@@ -97,9 +97,18 @@ impl Node {
             return Ok(());
         }
         let path = self.data_dir.join(crate::store::Volume::file_name(volume));
-        let (position, bytes) = tokio::task::spawn_blocking(move || super::copy_of(&path))
-            .await
-            .map_err(|err| ReplicaError::Refused(format!("the snapshot task failed: {err}")))??;
+        let copied = tokio::task::spawn_blocking({
+            let path = path.clone();
+            move || super::copy_of(&path)
+        })
+        .await
+        .map_err(|err| ReplicaError::Refused(format!("the snapshot task failed: {err}")))?;
+        if let Err(ReplicaError::Store(StoreError::Corrupted { reason })) = &copied {
+            // Its damage must not reach the bucket; the bucket holds its whole history.
+            crate::store::mark_damaged_file(&path, reason);
+            self.heal(volume);
+        }
+        let (position, bytes) = copied?;
         let Some(position) = position else {
             // A copy that never held a window: no window of its history holds a change of the
             // volume, whatever segments its chain names (an empty volume taken over).

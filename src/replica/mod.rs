@@ -134,9 +134,6 @@ pub(crate) struct Replicator {
     volumes: usize,
     max_window_bytes: usize,
     put_retry: Duration,
-    /// Where a volume found damaged is sent to be rebuilt ([`Replicator::heal_requests`]);
-    /// without a receiver it stays refused, as an unreplicated one.
-    heal: Mutex<Option<tokio::sync::mpsc::UnboundedSender<usize>>>,
 }
 
 impl Drop for Replicator {
@@ -193,6 +190,9 @@ struct Node {
     /// `replication.snapshot_windows`: windows of the stream past which a volume's history is
     /// shortened (snapshotted, or, when the volume changed nothing meanwhile, started later).
     snapshot_windows: u64,
+    /// Where a volume found damaged is sent to be rebuilt ([`Replicator::heal_requests`]);
+    /// without a receiver it stays refused, as an unreplicated one.
+    heal: Mutex<Option<tokio::sync::mpsc::UnboundedSender<usize>>>,
 }
 
 impl Replicator {
@@ -265,7 +265,6 @@ impl Replicator {
             volumes,
             max_window_bytes,
             put_retry,
-            heal: Mutex::default(),
         }))
     }
 
@@ -278,7 +277,7 @@ impl Replicator {
     /// rebuild ([`Replicator::rebuild`]).
     pub(crate) fn heal_requests(&self) -> tokio::sync::mpsc::UnboundedReceiver<usize> {
         let (requests, received) = tokio::sync::mpsc::unbounded_channel();
-        *lock(&self.heal) = Some(requests);
+        *lock(&self.node.heal) = Some(requests);
         received
     }
 
@@ -423,7 +422,15 @@ impl Node {
             submitted: (0..volumes).map(|_| AtomicU64::new(0)).collect(),
             replay_from: (0..volumes).map(|_| AtomicU64::new(0)).collect(),
             snapshot_windows: settings.snapshot_windows,
+            heal: Mutex::default(),
         }))
+    }
+
+    /// Asks for volume `volume`, found damaged, to be rebuilt: answers whether it will be.
+    fn heal(&self, volume: usize) -> bool {
+        lock(&self.heal)
+            .as_ref()
+            .is_some_and(|heal| heal.send(volume).is_ok())
     }
 
     /// Makes volume `volume`'s copy anew from the bucket (see [`Replicator::rebuild`]), this
@@ -635,9 +642,7 @@ impl Stream for Replicator {
     }
 
     fn damaged(&self, volume: usize) -> bool {
-        lock(&self.heal)
-            .as_ref()
-            .is_some_and(|heal| heal.send(volume).is_ok())
+        self.node.heal(volume)
     }
 }
 

@@ -153,6 +153,21 @@ fn sync_folder(path: &Path) -> std::io::Result<()> {
     }
 }
 
+/// Marks the volume at `volume` damaged (malformed) for `cause`, found by a reader outside the
+/// volume (a replica's snapshot), unless it has a mark already; a failure is logged.
+pub(crate) fn mark_damaged_file(volume: &Path, cause: &str) {
+    if mark_path(volume).exists() {
+        return;
+    }
+    log::error!("{}: damaged: {cause}", volume.display());
+    if let Err(err) = write_mark(volume, &DamageMark::now(DamageKind::Malformed, cause)) {
+        log::error!(
+            "{}: cannot record the damage mark: {err}",
+            mark_path(volume).display()
+        );
+    }
+}
+
 /// Why [`accept_damage`] cleared nothing.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]

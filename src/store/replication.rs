@@ -439,13 +439,20 @@ impl LocalCopy {
 
     /// Writes a consistent copy of the volume file at `path` to `target` (which must not
     /// exist) while the volume may be open and writing, and answers the last window the copy
-    /// holds.
+    /// holds. The file is checked first (SQLite's `quick_check`): a copy of a damaged page
+    /// would carry the damage into the bucket, and every copy made from it.
     ///
     /// # Errors
-    /// A storage failure.
+    /// [`StoreError::Corrupted`] when the file fails the check; a storage failure.
     pub fn snapshot(path: &Path, target: &Path) -> Result<Option<Position>, StoreError> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
+        let check: String = conn.query_row("PRAGMA quick_check", [], |row| row.get(0))?;
+        if check != "ok" {
+            return Err(StoreError::Corrupted {
+                reason: format!("{} fails SQLite's check: {check}", path.display()),
+            });
+        }
         conn.execute("VACUUM INTO ?1", [target.to_string_lossy()])?;
         let copy = Connection::open_with_flags(target, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         read_position(&copy)

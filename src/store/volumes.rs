@@ -191,6 +191,11 @@ impl Volumes {
         self.slots().len()
     }
 
+    /// Whether volume `index` carries a damage mark (see `damage.rs`).
+    pub(crate) fn marked_damaged(&self, index: usize) -> bool {
+        super::damage::mark_path(&self.dir.join(Volume::file_name(index))).exists()
+    }
+
     /// Whether volume `index` is open on this node.
     pub(crate) fn holds(&self, index: usize) -> bool {
         self.slots()

@@ -285,31 +285,7 @@ fn a_damaged_volume_heals_itself_from_the_bucket() {
     let s3 = block_on(fresh_s3_bucket());
     let dir = tempfile::tempdir().expect("temp dir");
     let settings = [("DURABILITY__STORAGE__VOLUMES", "2")];
-    let mut node = start_node(dir.path(), &s3, &s3.endpoint, "a", &settings);
-    let path = format!("/topics/{TOPIC}/partitions/0/records");
-    for round in 0..30 {
-        let records: Vec<Value> = (0..100)
-            .map(|n| {
-                let key = format!("k-{}", round * 100 + n);
-                json!({"payload": {"key": key}, "key": key})
-            })
-            .collect();
-        let (status, body) =
-            request(node.addr, "POST", &path, Some(&json!(records))).expect("an answer");
-        assert_eq!(status, 202, "{body}");
-    }
-    node.signal("TERM");
-    assert!(
-        node.wait_for_exit(Duration::from_secs(30)).is_some(),
-        "the server stops on SIGTERM"
-    );
-    let damaged = fnv1a_utf16(&format!("{TOPIC}:0")) % 2;
-    let volume = dir.path().join(format!("volume-{damaged}.sqlite"));
-    let mut bytes = std::fs::read(&volume).expect("the volume");
-    let at = bytes.len() / 2 / 4096 * 4096;
-    let neighbour = bytes[at + 4096..at + 8192].to_vec();
-    bytes[at..at + 4096].copy_from_slice(&neighbour);
-    std::fs::write(&volume, bytes).expect("the damaged volume");
+    let damaged = write_then_damage(dir.path(), &s3, &settings);
 
     let node = start_node(dir.path(), &s3, &s3.endpoint, "a", &settings);
     let other = other_volume_partition();
@@ -335,13 +311,9 @@ fn a_damaged_volume_heals_itself_from_the_bucket() {
     let started = Instant::now();
     for from in 0..3_000u64 {
         loop {
-            let (status, head, body) = request_with_head(
-                node.addr,
-                "GET",
-                &format!("{path}?from={from}&limit=1"),
-                None,
-            )
-            .expect("an answer");
+            let path = format!("/topics/{TOPIC}/partitions/0/records?from={from}&limit=1");
+            let (status, head, body) =
+                request_with_head(node.addr, "GET", &path, None).expect("an answer");
             if status == 200 {
                 assert_eq!(
                     keyed_offsets(body["records"].as_array().expect("records")),
@@ -382,17 +354,101 @@ fn a_damaged_volume_heals_itself_from_the_bucket() {
         held, acknowledged,
         "the other volume's partition lost nothing"
     );
-    let set_aside = std::fs::read_dir(dir.path())
+    assert_eq!(
+        set_aside_copies(dir.path(), damaged),
+        1,
+        "the damaged copy is set aside, not deleted"
+    );
+    drop(node);
+}
+
+/// Writes 3,000 keyed records to partition 0 on a node over `data_dir`, stops it, and
+/// overwrites a page in the middle of the volume holding it with its neighbour: answers that
+/// volume.
+fn write_then_damage(data_dir: &Path, s3: &S3Settings, settings: &[(&str, &str)]) -> u32 {
+    let mut node = start_node(data_dir, s3, &s3.endpoint, "a", settings);
+    let path = format!("/topics/{TOPIC}/partitions/0/records");
+    for round in 0..30 {
+        let records: Vec<Value> = (0..100)
+            .map(|n| {
+                let key = format!("k-{}", round * 100 + n);
+                json!({"payload": {"key": key}, "key": key})
+            })
+            .collect();
+        let (status, body) =
+            request(node.addr, "POST", &path, Some(&json!(records))).expect("an answer");
+        assert_eq!(status, 202, "{body}");
+    }
+    node.signal("TERM");
+    assert!(
+        node.wait_for_exit(Duration::from_secs(30)).is_some(),
+        "the server stops on SIGTERM"
+    );
+    let damaged = fnv1a_utf16(&format!("{TOPIC}:0")) % 2;
+    let volume = data_dir.join(format!("volume-{damaged}.sqlite"));
+    let mut bytes = std::fs::read(&volume).expect("the volume");
+    let at = bytes.len() / 2 / 4096 * 4096;
+    let neighbour = bytes[at + 4096..at + 8192].to_vec();
+    bytes[at..at + 4096].copy_from_slice(&neighbour);
+    std::fs::write(&volume, bytes).expect("the damaged volume");
+    damaged
+}
+
+/// How many copies of volume `volume` were set aside in `data_dir`.
+fn set_aside_copies(data_dir: &Path, volume: u32) -> usize {
+    std::fs::read_dir(data_dir)
         .expect("the data folder")
         .flatten()
         .filter(|entry| {
             let name = entry.file_name().to_string_lossy().into_owned();
-            name.starts_with(&format!("volume-{damaged}.sqlite-set-aside-"))
+            name.starts_with(&format!("volume-{volume}.sqlite-set-aside-"))
                 && !name.ends_with("-wal")
                 && !name.ends_with("-damaged")
         })
-        .count();
-    assert_eq!(set_aside, 1, "the damaged copy is set aside, not deleted");
+        .count()
+}
+
+/// A snapshot never copies a damaged volume into the bucket: the volume is checked first,
+/// and found damaged (with nothing read) it is rebuilt from the bucket, as a read that meets
+/// the damage would have it.
+#[test]
+fn a_snapshot_refuses_a_damaged_copy_and_the_volume_heals() {
+    let s3 = block_on(fresh_s3_bucket());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let damaged = write_then_damage(dir.path(), &s3, &[("DURABILITY__STORAGE__VOLUMES", "2")]);
+    let settings = [
+        ("DURABILITY__STORAGE__VOLUMES", "2"),
+        ("DURABILITY__REPLICATION__SNAPSHOT_INTERVAL_MS", "100"),
+    ];
+    let node = start_node(dir.path(), &s3, &s3.endpoint, "a", &settings);
+    let started = Instant::now();
+    let mut appended = 0;
+    while set_aside_copies(dir.path(), damaged) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the damaged copy was never set aside"
+        );
+        // A write to the damaged volume lands a window, after which its snapshot is due.
+        if let Ok((202, _)) = append(node.addr, 0, &format!("after-{appended}")) {
+            appended += 1;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    let expected: Vec<(u64, String)> = (0..3_000)
+        .map(|n| (n, format!("k-{n}")))
+        .chain((0..appended).map(|n| (3_000 + n, format!("after-{n}"))))
+        .collect();
+    loop {
+        let path = format!("/topics/{TOPIC}/partitions/0/records?from=0&limit=1");
+        match request(node.addr, "GET", &path, None).expect("an answer") {
+            (200, _) => break,
+            (503, _) if started.elapsed() < Duration::from_secs(60) => {
+                thread::sleep(Duration::from_millis(50));
+            }
+            other => panic!("the rebuilt volume answers {other:?}"),
+        }
+    }
+    assert_eq!(keyed_offsets(&read_all(node.addr, 0)), expected);
     drop(node);
 }
 
