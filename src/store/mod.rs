@@ -35,8 +35,8 @@ use serde::Deserialize;
 
 pub use batch::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check_batch};
 pub use cursors::GroupPosition;
-pub(crate) use damage::{mark_damaged_file, mark_path as damage_mark_path};
 pub use damage::{AcceptError, AcceptedDamage, DamageKind, DamageMark, accept_damage};
+pub(crate) use damage::{mark_damaged_file, mark_path as damage_mark_path};
 pub use due::{DuePartition, DuePosition};
 pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
