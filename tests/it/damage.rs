@@ -12,6 +12,7 @@ use durability::store::{AppendOutcome, NewRecord};
 use durability::{Config, Error, Log};
 
 use crate::common::TestLog;
+use crate::common::process::{Server, request};
 
 const TOPIC: &str = "events";
 
@@ -139,6 +140,41 @@ async fn a_write_ahead_log_lost_right_after_appends_is_reported_as_lost() {
     let err = append(&log, 0, 1).await.unwrap_err();
     assert_eq!(err.code(), "corrupted", "{err}");
     log.shutdown().await.unwrap();
+}
+
+/// The same with the server's process: 500 records, a clean restart, 500 more and at once a
+/// `kill -9`, the WAL deleted, a restart: the bounds answer `500 corrupted`, not a
+/// `nextOffset` of 500.
+#[test]
+fn a_busy_server_killed_and_its_write_ahead_log_lost_reports_the_loss() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let env = [("DURABILITY__STORAGE__VOLUMES", "1")];
+    let post = |server: &Server| {
+        let records: Vec<serde_json::Value> = (0..100)
+            .map(|n| serde_json::json!({"payload": {"n": n}}))
+            .collect();
+        let path = format!("/topics/{TOPIC}/partitions/0/records");
+        let (status, body) = request(server.addr, "POST", &path, Some(&records.into())).unwrap();
+        assert_eq!(status, 202, "{body}");
+    };
+    let mut server = Server::start(&data_dir, env);
+    (0..5).for_each(|_| post(&server));
+    server.signal("TERM");
+    assert!(server.wait_for_exit(Duration::from_secs(30)).is_some());
+    let mut server = Server::start(&data_dir, env);
+    (0..5).for_each(|_| post(&server));
+    server.kill();
+    std::fs::remove_file(data_dir.join("volume-0.sqlite-wal")).unwrap();
+
+    let server = Server::start(&data_dir, env);
+    let bounds = format!("/topics/{TOPIC}/partitions/0/bounds");
+    let (status, body) = request(server.addr, "GET", &bounds, None).unwrap();
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (500, Some("corrupted")),
+        "{body}"
+    );
 }
 
 /// Runs `work` on a log over `config` in an actix system of its own, which ends with it: the
