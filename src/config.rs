@@ -30,6 +30,11 @@ pub const MAX_LOG_BYTES: u64 = 1 << 30;
 pub const MAX_BATCH_SIZE: usize = 10_000;
 /// Largest `log.partitions_per_topic`.
 pub const MAX_PARTITIONS_PER_TOPIC: u32 = 4096;
+/// Longest `storage.scrub_interval_ms`: a year (a longer one is taken for a mistaken unit).
+pub const MAX_SCRUB_INTERVAL_MS: u64 = 365 * 24 * 3_600_000;
+/// Other names of keys, each with the key it stands for: accepted in a file and in the
+/// environment as the key itself.
+const ALIASES: [(&str, &str); 1] = [("storage.scrub_interval", "storage.scrub_interval_ms")];
 /// Sections a `[topics.<name>]` table may override.
 const TOPIC_SECTIONS: [&str; 3] = ["log", "retention", "leases"];
 
@@ -165,6 +170,11 @@ pub struct StorageSettings {
     /// Threads running partitions' blocking work other than appends (cursor commits, leases,
     /// retention). Default: 2.
     pub workers: usize,
+    /// How often the scrub checks every volume in the background (one pass per volume per
+    /// interval, at most a fifth of one core); 0 turns it off. At most [`MAX_SCRUB_INTERVAL_MS`].
+    /// Also read as `scrub_interval`. Default: one day.
+    #[serde(alias = "scrub_interval")]
+    pub scrub_interval_ms: u64,
 }
 
 /// `[log]` (also per topic).
@@ -639,6 +649,13 @@ impl Config {
         std::time::Duration::from_millis(shortest)
     }
 
+    /// How often the scrub checks every volume, or `None` when it is off
+    /// (`storage.scrub_interval_ms` is 0).
+    pub fn scrub_interval(&self) -> Option<std::time::Duration> {
+        let every = self.storage.scrub_interval_ms;
+        (every > 0).then(|| std::time::Duration::from_millis(every))
+    }
+
     /// This configuration with every secret replaced, for logging.
     pub fn redacted(&self) -> Self {
         let mut config = self.clone();
@@ -755,6 +772,12 @@ impl Config {
         positive("storage.volumes", self.storage.volumes as u64)?;
         positive("storage.workers", self.storage.workers as u64)?;
         positive("storage.committers", self.storage.committers as u64)?;
+        if self.storage.scrub_interval_ms > MAX_SCRUB_INTERVAL_MS {
+            return Err(ConfigError::invalid(
+                "storage.scrub_interval_ms",
+                format!("must be at most {MAX_SCRUB_INTERVAL_MS} (a year); 0 turns the scrub off"),
+            ));
+        }
         self.topic_settings_validate("", &self.topic(""))?;
         for (name, topic) in &self.topics {
             validate_topic(name)
@@ -999,8 +1022,21 @@ fn overlay(
     prefix: &str,
     source_name: &str,
 ) -> Result<(), ConfigError> {
+    // Each key as `over` named it, to refuse a key given under two names.
+    let mut given: BTreeMap<String, String> = BTreeMap::new();
     for (key, value) in over {
+        let named = format!("{prefix}{key}");
+        let key = match ALIASES.iter().find(|(alias, _)| *alias == named) {
+            Some((_, stands_for)) => stands_for[prefix.len()..].to_owned(),
+            None => key,
+        };
         let path = format!("{prefix}{key}");
+        if let Some(first) = given.insert(key.clone(), named.clone()) {
+            return Err(ConfigError::invalid(
+                path,
+                format!("given twice by {source_name}, as {first} and as {named}"),
+            ));
+        }
         let sub_schema = if prefix == "topics." {
             Value::Table(
                 TOPIC_SECTIONS
@@ -1129,6 +1165,42 @@ mod tests {
         assert_eq!(config.cold.kind, ColdKind::Fs);
         assert_eq!(config.leases.lease_ms, 30_000);
         assert!(config.topics.is_empty());
+        assert_eq!(config.storage.scrub_interval_ms, 86_400_000);
         assert!(config.validate().is_ok());
+    }
+
+    /// `storage.scrub_interval` is another name of `storage.scrub_interval_ms`, in a file and
+    /// in the environment; giving both is refused, and 0 turns the scrub off.
+    #[test]
+    fn the_scrub_interval_has_two_names() {
+        let file = |text| Config::from_sources(Some(("my.toml", text)), std::iter::empty());
+        let config = file("[storage]\nscrub_interval = 5000").unwrap();
+        assert_eq!(config.storage.scrub_interval_ms, 5_000);
+        let env = [("DURABILITY__STORAGE__SCRUB_INTERVAL".into(), "0".into())];
+        let config = Config::from_sources(None, env).unwrap();
+        assert_eq!(config.scrub_interval(), None);
+        let err = file("[storage]\nscrub_interval = 1\nscrub_interval_ms = 2").unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::InvalidValue { key, .. } if key == "storage.scrub_interval_ms"),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains("storage.scrub_interval and"),
+            "{err}"
+        );
+    }
+
+    /// An interval beyond a year is refused, naming the key.
+    #[test]
+    fn a_scrub_interval_beyond_a_year_is_refused() {
+        let text = format!(
+            "[storage]\nscrub_interval_ms = {}",
+            MAX_SCRUB_INTERVAL_MS + 1
+        );
+        let err = Config::from_sources(Some(("my.toml", &text)), std::iter::empty()).unwrap_err();
+        assert!(
+            matches!(&err, ConfigError::InvalidValue { key, .. } if key == "storage.scrub_interval_ms"),
+            "{err}"
+        );
     }
 }

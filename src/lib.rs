@@ -40,7 +40,8 @@
 //!   thread and a background index): append (with group commit across partitions), read
 //!   (transparently from cold segments below the hot window), commit, cursors, bounds, backlog,
 //!   retention (`trim`), `forget_cold_before`, and leases. Its `Volumes` (internal) opens the
-//!   volumes of the data folder and finds the one holding a partition.
+//!   volumes of the data folder and finds the one holding a partition; its `scrub` (internal)
+//!   checks every volume in the background, at a bounded pace, for damage nobody reads.
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
 //!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
 //! - [`routing`]: the partitioning function (the original's FNV-1a), which picks an event's

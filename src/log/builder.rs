@@ -147,6 +147,7 @@ impl LogBuilder {
                 Error::unavailable(None, "cannot review the due times", Some(err.into()))
             })?;
         let volumes = Arc::new(volumes);
+        volumes.start_scrub(config.scrub_interval());
         let clock = self.clock;
         let custom = self.dead_letter;
         let signals = Arc::new(Signals::default());

@@ -46,7 +46,7 @@ use crate::partition::{self, PartitionActor, PartitionStats};
 use crate::registry::{
     Addresses, Locate, OpenStores, PartitionRegistry, RunningPartitions, Shutdown, Signals,
 };
-use crate::store::{ReplicaCounters, Volumes};
+use crate::store::{ReplicaCounters, ScrubCounters, Volumes};
 use long_poll::WaitsReleased;
 
 /// The embeddable log. Cheap to clone; every clone talks to the same partitions.
@@ -316,6 +316,11 @@ impl Log {
     /// What replication to object storage did since the log opened (all zero without it).
     pub fn replica_counters(&self) -> Arc<ReplicaCounters> {
         self.inner.replica_counters.clone()
+    }
+
+    /// What the background scrub of the volumes did since the log opened.
+    pub fn scrub_counters(&self) -> Arc<ScrubCounters> {
+        self.inner.volumes.scrub_counters()
     }
 
     /// This node's part in a cluster (`[cluster]`), if it is in one.

@@ -120,6 +120,11 @@ impl CommitQueue {
         self.schedule_unless_scheduled(state);
     }
 
+    /// Whether the queue was closed: its volume takes no more appends.
+    pub fn is_closed(&self) -> bool {
+        lock(&self.state).closed
+    }
+
     /// Schedules a step of the committer, outside the queue's lock, unless one is scheduled
     /// already or the committer stopped.
     fn schedule_unless_scheduled(&self, mut state: std::sync::MutexGuard<'_, State>) {

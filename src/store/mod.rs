@@ -21,6 +21,7 @@ mod redo;
 mod replication;
 mod retention;
 mod schema;
+mod scrub;
 mod segment;
 mod tail;
 mod volume;
@@ -45,6 +46,7 @@ pub use replication::{
     Landed, LocalCopy, OnLanded, Position, ReplicaCounters, Stream, VolumeReplica,
 };
 pub use retention::{ColdFlushCounters, ColdTier};
+pub use scrub::ScrubCounters;
 pub use tail::Retention;
 pub use volume::{CommitterPool, INDEX_EVERY_ROWS, Volume};
 pub(crate) use volumes::Volumes;

@@ -8,7 +8,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
+use super::scrub::Scrubber;
 use super::{
     CommitterPool, DuePartition, DuePosition, LogStore, StoreError, StoreOptions, Stream, SyncMode,
     Volume, VolumeReplica,
@@ -28,6 +30,8 @@ pub(crate) struct Volumes {
     stream: Option<Arc<dyn Stream>>,
     /// Runs the committers of every volume opened here.
     committers: CommitterPool,
+    /// Checks every volume open here in the background, once started (see `scrub.rs`).
+    scrub: Scrubber,
 }
 
 /// One volume of the folder, as this node has it.
@@ -130,6 +134,21 @@ impl Volumes {
             sync,
             stream,
             committers,
+            scrub: Scrubber::new(),
+        }
+    }
+
+    /// What the scrub of these volumes did so far (all zero before it started).
+    pub(crate) fn scrub_counters(&self) -> Arc<super::ScrubCounters> {
+        self.scrub.counters()
+    }
+
+    /// Starts the scrub of every volume open here (see `scrub.rs`): one pass every `interval`,
+    /// none when it is `None`. Stopped by [`Volumes::close`].
+    pub(crate) fn start_scrub(self: &Arc<Self>, interval: Option<Duration>) {
+        let Some(interval) = interval else { return };
+        if let Err(err) = self.scrub.start(Arc::downgrade(self), interval) {
+            log::error!("cannot start the scrub, volumes are not scrubbed: {err}");
         }
     }
 
@@ -289,7 +308,7 @@ impl Volumes {
     }
 
     /// The volumes open here.
-    fn open_volumes(&self) -> Vec<Arc<Volume>> {
+    pub(super) fn open_volumes(&self) -> Vec<Arc<Volume>> {
         self.slots()
             .iter()
             .filter_map(Slot::open)
@@ -335,9 +354,10 @@ impl Volumes {
         }
     }
 
-    /// Closes every volume (see [`Volume::close`]), logging failures. Blocks until each
-    /// volume's committer stopped.
+    /// Stops the scrub, and closes every volume (see [`Volume::close`]), logging failures.
+    /// Blocks until the scrub's step and each volume's committer stopped.
     pub(crate) fn close(&self) {
+        self.scrub.stop();
         for volume in self.open_volumes() {
             if let Err(err) = volume.close() {
                 log::error!("{}: cannot close: {err}", volume.path().display());
@@ -385,6 +405,13 @@ impl Volumes {
         let more = topics.len() > limit;
         topics.truncate(limit);
         Ok((topics, more))
+    }
+}
+
+impl Drop for Volumes {
+    /// Tells the scrub to stop, without waiting: the drop may run on its thread.
+    fn drop(&mut self) {
+        self.scrub.signal_stop();
     }
 }
 

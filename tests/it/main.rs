@@ -20,5 +20,6 @@ mod openapi;
 pub(crate) mod replication;
 mod retention;
 mod retention_sweep;
+mod scrub;
 mod server;
 mod store;

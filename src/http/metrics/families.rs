@@ -43,6 +43,9 @@
 //! | `durability_cluster_forwards_total`, `durability_cluster_forward_failures_total` | counter (requests forwarded to their partition's owner; those that reached none) | |
 //! | `durability_cluster_ownership_changes_total`, `durability_cluster_releases_total` | counter (changes of a volume's owner seen in etcd; volumes this node handed to another) | |
 //! | `durability_damaged_volumes` | gauge (1 for each damaged volume; see the README's Guarantees) | `volume`, `kind` (`malformed`, `lost`, `unopenable`) |
+//! | `durability_scrub_last_pass_seconds` | gauge (Unix time the last scrub pass over every volume ended; 0 before one) | |
+//! | `durability_scrub_pages_checked_total`, `durability_scrub_records_checked_total` | counter (pages SQLite's check read; records whose checksum and offset were checked) | |
+//! | `durability_scrub_damage_found_total` | counter (volumes the scrub found damaged) | |
 //! | `process_open_fds`, `process_threads`, `process_resident_memory_bytes`, ... | the process's own figures (Linux) | |
 
 use std::collections::HashMap;
@@ -61,7 +64,7 @@ use crate::cluster::Cluster;
 use crate::log::ColdFlushCounters;
 use crate::log::{GroupPosition, LeaseState, Log, PartitionCounters};
 use crate::names::PartitionId;
-use crate::store::ReplicaCounters;
+use crate::store::{ReplicaCounters, ScrubCounters};
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
 /// `Metrics` can be shared by all the workers of an `HttpServer`.
@@ -91,12 +94,18 @@ struct Inner {
     replica_deleted: IntCounter,
     replica_fenced: IntGauge,
     damaged_volumes: IntGaugeVec,
+    scrub_last_pass: IntGauge,
+    scrub_pages: IntCounter,
+    scrub_records: IntCounter,
+    scrub_damage: IntCounter,
     /// The stores' own counts, copied into `cold_flushes` at render time.
     flush_counters: Arc<ColdFlushCounters>,
     /// The registry's own counts, copied in at render time.
     partition_counters: Arc<PartitionCounters>,
     /// Replication's own counts, copied in at render time.
     replica_counters: Arc<ReplicaCounters>,
+    /// The scrub's own counts, copied in at render time.
+    scrub_counters: Arc<ScrubCounters>,
     /// In a cluster: its families, and the cluster whose counts they copy at render time.
     cluster: Option<(ClusterFamilies, Cluster)>,
     /// Held while the gauges are refilled and while the registry is rendered, so that a scrape
@@ -193,8 +202,9 @@ impl Metrics {
             log.replica_counters(),
             log.config().metrics.max_topics,
         );
+        let inner = Arc::get_mut(&mut metrics.inner).expect("not shared yet");
+        inner.scrub_counters = log.scrub_counters();
         if let Some(cluster) = log.cluster() {
-            let inner = Arc::get_mut(&mut metrics.inner).expect("not shared yet");
             let families = ClusterFamilies::register(&inner.registry);
             inner.cluster = Some((families, cluster.clone()));
         }
@@ -323,10 +333,30 @@ impl Metrics {
                     &["volume", "kind"],
                 )),
             ),
+            scrub_last_pass: register(
+                &registry,
+                IntGauge::new(
+                    "durability_scrub_last_pass_seconds",
+                    "Unix time the last scrub pass over every volume ended (0 before one).",
+                ),
+            ),
+            scrub_pages: counter(
+                "durability_scrub_pages_checked_total",
+                "Pages of the volumes read by SQLite's integrity check in the scrub.",
+            ),
+            scrub_records: counter(
+                "durability_scrub_records_checked_total",
+                "Records whose checksum and offset the scrub checked.",
+            ),
+            scrub_damage: counter(
+                "durability_scrub_damage_found_total",
+                "Volumes the scrub found damaged (they are marked, as a read would).",
+            ),
             registry,
             flush_counters,
             partition_counters,
             replica_counters,
+            scrub_counters: Arc::default(),
             cluster: None,
             scrape: Mutex::new(()),
         };
@@ -419,6 +449,11 @@ impl Metrics {
         catch_up(&self.inner.replica_batches, replica.batches());
         catch_up(&self.inner.replica_deleted, replica.deleted());
         self.inner.replica_fenced.set(i64::from(replica.fenced()));
+        let scrub = &self.inner.scrub_counters;
+        self.inner.scrub_last_pass.set(gauge(scrub.last_pass()));
+        catch_up(&self.inner.scrub_pages, scrub.pages_checked());
+        catch_up(&self.inner.scrub_records, scrub.records_checked());
+        catch_up(&self.inner.scrub_damage, scrub.damage_found());
         if let Some((families, cluster)) = &self.inner.cluster {
             families.catch_up(cluster);
         }
@@ -728,6 +763,10 @@ mod tests {
             r#"durability_cold_flushes_total{result="error"} 0"#,
             "durability_replica_windows_total 0",
             "durability_replica_fenced 0",
+            "durability_scrub_last_pass_seconds 0",
+            "durability_scrub_pages_checked_total 0",
+            "durability_scrub_records_checked_total 0",
+            "durability_scrub_damage_found_total 0",
             r#"durability_http_request_duration_seconds_count{method="GET",route="/topics/{topic}",status="200"} 1"#,
             "# TYPE durability_http_request_duration_seconds histogram",
         ] {

@@ -53,6 +53,7 @@ mod committer;
 mod health;
 mod index;
 mod pool;
+mod scrub;
 
 use super::commit_queue::{AppendRequest, CommitQueue};
 use super::damage::{self, DamageKind};
