@@ -439,15 +439,16 @@ impl LocalCopy {
 
     /// Writes a consistent copy of the volume file at `path` to `target` (which must not
     /// exist) while the volume may be open and writing, and answers the last window the copy
-    /// holds. The file is checked first (SQLite's `quick_check`): a copy of a damaged page
-    /// would carry the damage into the bucket, and every copy made from it.
+    /// holds. The file is checked first (SQLite's `integrity_check`; `quick_check` misses a
+    /// page of an index overwritten with its neighbour): a copy of a damaged page would carry
+    /// the damage into the bucket, and every copy made from it.
     ///
     /// # Errors
     /// [`StoreError::Corrupted`] when the file fails the check; a storage failure.
     pub fn snapshot(path: &Path, target: &Path) -> Result<Option<Position>, StoreError> {
         let conn = Connection::open_with_flags(path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)?;
         conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        let check: String = conn.query_row("PRAGMA quick_check", [], |row| row.get(0))?;
+        let check: String = conn.query_row("PRAGMA integrity_check", [], |row| row.get(0))?;
         if check != "ok" {
             return Err(StoreError::Corrupted {
                 reason: format!("{} fails SQLite's check: {check}", path.display()),
