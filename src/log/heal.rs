@@ -14,10 +14,30 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::registry::{PartitionRegistry, ReleaseVolume};
 use crate::replica::Replicator;
-use crate::store::Volumes;
+use crate::store::{Gone, Volumes};
 
 /// Pause before a rebuild that failed (the bucket out of reach) is tried again.
 const RETRY_PAUSE: Duration = Duration::from_secs(1);
+
+/// How often a closed volume is looked at until its last connection closed, and how often a
+/// long wait is said.
+const CLOSED_POLL: Duration = Duration::from_millis(20);
+const SAY_EVERY: Duration = Duration::from_secs(10);
+
+/// Waits until every connection of the closed volume `volume` has closed: SQLite deletes a
+/// database's WAL by name when its last connection closes, and after the rebuild that name is
+/// the new copy's. What holds it (a read finishing) lets it go soon.
+async fn closed(volume: usize, gone: &Gone) {
+    let waited = Instant::now();
+    let mut said = Duration::ZERO;
+    while !gone.is_gone() {
+        if waited.elapsed() >= said + SAY_EVERY {
+            said = waited.elapsed();
+            log::warn!("volume {volume}: waiting {said:?} for its last reader before its rebuild");
+        }
+        tokio::time::sleep(CLOSED_POLL).await;
+    }
+}
 
 /// Rebuilds each volume `damaged` names, one at a time, until the log stops.
 pub(super) async fn heal_volumes(
@@ -32,6 +52,7 @@ pub(super) async fn heal_volumes(
             continue; // asked again (rebuilt since, or being rebuilt), or not open here
         }
         let started = Instant::now();
+        let gone = volumes.gone(volume);
         log::warn!(
             "volume {volume} is damaged: rebuilding it from the bucket; its partitions answer \
              unavailable meanwhile"
@@ -43,6 +64,9 @@ pub(super) async fn heal_volumes(
         };
         if registry.send(release).await.is_err() {
             return; // the log stopped
+        }
+        if let Some(gone) = gone {
+            closed(volume, &gone).await;
         }
         while let Err(err) = replicator.rebuild(volume).await {
             if replicator.stopped() {

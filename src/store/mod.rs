@@ -48,6 +48,7 @@ pub use replication::{
 pub use retention::{ColdFlushCounters, ColdTier};
 pub use scrub::ScrubCounters;
 pub use tail::Retention;
+pub(crate) use volume::Gone;
 pub use volume::{CommitterPool, INDEX_EVERY_ROWS, Volume};
 pub(crate) use volumes::Volumes;
 

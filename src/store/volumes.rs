@@ -210,6 +210,11 @@ impl Volumes {
         self.slots().len()
     }
 
+    /// What tells when every connection of volume `index`, open here, has closed.
+    pub(crate) fn gone(&self, index: usize) -> Option<super::Gone> {
+        self.slots().get(index)?.open().map(|volume| volume.gone())
+    }
+
     /// Whether volume `index` carries a damage mark (see `damage.rs`).
     pub(crate) fn marked_damaged(&self, index: usize) -> bool {
         super::damage::mark_path(&self.dir.join(Volume::file_name(index))).exists()

@@ -146,6 +146,16 @@ impl Drop for Volume {
     }
 }
 
+/// Tells when every connection of a volume has closed (see [`Volume::gone`]).
+pub(crate) struct Gone(Weak<Shared>);
+
+impl Gone {
+    /// Whether nothing holds the volume's connections any more.
+    pub(crate) fn is_gone(&self) -> bool {
+        self.0.strong_count() == 0
+    }
+}
+
 impl std::fmt::Debug for Volume {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Volume")
@@ -285,6 +295,13 @@ impl Volume {
         shared.index_or_remember(&mut lock(&shared.writer))?;
         pool.register()?;
         Ok(Arc::new(Self { shared }))
+    }
+
+    /// What tells when every connection of this volume has closed: only then may its files be
+    /// replaced, since SQLite deletes a database's WAL by name when its last connection
+    /// closes.
+    pub(crate) fn gone(&self) -> Gone {
+        Gone(Arc::downgrade(&self.shared))
     }
 
     /// Closes the volume for writes: the committer commits what is queued and stops, the WAL
