@@ -280,8 +280,10 @@ fn run(volumes: &Weak<Volumes>, stop: &Stop, counters: &ScrubCounters, interval:
             };
             match Volume::scrub_paced(&volume, &pace, counters) {
                 Ok(Scrubbed::Clean | Scrubbed::Cut) => {}
-                // Marking the volume logged it.
-                Err(StoreError::Corrupted { .. }) => counters.count_damage(),
+                // Marking the volume logged it (and started its rebuild, if it is replicated).
+                Err(StoreError::Corrupted { .. } | StoreError::Healing { .. }) => {
+                    counters.count_damage();
+                }
                 Err(err) => log::warn!(
                     "{}: the scrub could not check it, it tries again next pass: {err}",
                     path.display()

@@ -441,6 +441,45 @@ fn set_aside_copies(data_dir: &Path, volume: u32) -> usize {
         .count()
 }
 
+/// The scrub finds a damaged page nobody reads, and the volume is rebuilt from the bucket:
+/// every acknowledged record is served after, with nothing read before.
+#[test]
+fn a_damaged_page_found_by_the_scrub_heals_from_the_bucket() {
+    let s3 = block_on(fresh_s3_bucket());
+    let dir = tempfile::tempdir().expect("temp dir");
+    let damaged = write_then_damage(dir.path(), &s3, &[("DURABILITY__STORAGE__VOLUMES", "2")]);
+    let settings = [
+        ("DURABILITY__STORAGE__VOLUMES", "2"),
+        ("DURABILITY__STORAGE__SCRUB_INTERVAL_MS", "200"),
+    ];
+    let node = start_node(dir.path(), &s3, &s3.endpoint, "a", &settings);
+    let started = Instant::now();
+    while set_aside_copies(dir.path(), damaged) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the scrub found nothing"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        metric(node.addr, "durability_scrub_damage_found_total"),
+        Some(1.0)
+    );
+    let expected: Vec<(u64, String)> = (0..3_000).map(|n| (n, format!("k-{n}"))).collect();
+    loop {
+        let path = format!("/topics/{TOPIC}/partitions/0/records?from=0&limit=1");
+        match request(node.addr, "GET", &path, None).expect("an answer") {
+            (200, _) => break,
+            (503, _) if started.elapsed() < Duration::from_secs(60) => {
+                thread::sleep(Duration::from_millis(50));
+            }
+            other => panic!("the rebuilt volume answers {other:?}"),
+        }
+    }
+    assert_eq!(keyed_offsets(&read_all(node.addr, 0)), expected);
+    drop(node);
+}
+
 /// A snapshot never copies a damaged volume into the bucket: the volume is checked first,
 /// and found damaged (with nothing read) it is rebuilt from the bucket, as a read that meets
 /// the damage would have it.
