@@ -25,7 +25,8 @@
 //!   removes a partition it closes) or through the registry. Its files group the operations
 //!   as [`http`] does (produce, consume, leases, operations). The server's dead-letter
 //!   destination is a topic of the same `Log`: a partition hands an exhausted lease range to
-//!   it, and skips the range once it is stored.
+//!   it, and skips the range once it is stored. A replicated single node's `Log` rebuilds a
+//!   volume found damaged from the bucket (`heal.rs`).
 //! - `registry` (internal): the `PartitionRegistry` actor, a supervisor that finds the volume
 //!   holding each partition (each volume lists its own), opens a partition's actor on its first
 //!   message, keeps at most `partitions.max_open` open (closing the least recently used idle

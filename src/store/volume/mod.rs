@@ -20,7 +20,7 @@
 //! committer and its group commits; `pool.rs` the threads that run committers; `index.rs` the
 //! background index and the in-memory
 //! index of recent records; `health.rs` what can go wrong (poisoning, damage, the high-water
-//! mark, injected faults).
+//! mark, injected faults); `scrub.rs` the check one scrub pass makes of the volume.
 //!
 //! Every write to a volume goes through one of three doors, each a transaction of the writing
 //! connection under its lock: the committer's group commit (`committer.rs`: appends, and the
