@@ -1,8 +1,10 @@
-//! Routing: which partition an event belongs to.
+//! Routing: which partition an event belongs to, and which volume holds a partition.
 //!
 //! The partitioning function is the original library's: producers written against
 //! the original and against this crate must send the same key to the same partition, so its
 //! quirks (UTF-16 code units, signed absolute value, the empty key) are reproduced exactly.
+
+use crate::names::PartitionId;
 
 /// 32-bit FNV-1a offset basis (0x811C9DC5).
 const FNV_OFFSET_BASIS: u32 = 2_166_136_261;
@@ -17,6 +19,13 @@ pub fn fnv1a_utf16(key: &str) -> u32 {
     key.encode_utf16().fold(FNV_OFFSET_BASIS, |hash, unit| {
         (hash ^ u32::from(unit)).wrapping_mul(FNV_PRIME)
     })
+}
+
+/// The volume (`0..volumes`) that holds partition `id`: [`fnv1a_utf16`] of its name
+/// (`topic:index`), modulo the count. A node's new partitions, and a cluster's placement, both
+/// follow it.
+pub fn volume_of(id: &PartitionId, volumes: usize) -> usize {
+    fnv1a_utf16(&id.to_string()) as usize % volumes.max(1)
 }
 
 /// The partition (`0..partitions`) that events with `key` go to, identical to the original's

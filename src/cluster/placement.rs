@@ -2,13 +2,7 @@
 //! volume goes to the live node that rendezvous hashing picks, so every node computes the same
 //! answers from the same members, and a member's coming or going moves only its share.
 
-use crate::names::PartitionId;
-
-/// The volume that holds partition `id` among `volumes`: FNV-1a of its name (as
-/// [`crate::routing::fnv1a_utf16`]), modulo the count.
-pub fn volume_of(id: &PartitionId, volumes: usize) -> usize {
-    crate::routing::fnv1a_utf16(&id.to_string()) as usize % volumes.max(1)
-}
+pub use crate::routing::volume_of;
 
 /// The node among `nodes` that rendezvous hashing picks for volume `volume`: the one whose
 /// score for it is highest (ties, which need equal names, go to the first).
@@ -42,6 +36,7 @@ fn score(node: &str, volume: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::names::PartitionId;
 
     /// The picks spread volumes about evenly, and a node leaving moves only the volumes it
     /// had: every other volume keeps its owner.

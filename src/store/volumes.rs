@@ -244,7 +244,7 @@ impl Volumes {
         options: &StoreOptions,
         create: bool,
     ) -> Result<Option<(Arc<Volume>, LogStore)>, StoreError> {
-        let home = crate::routing::fnv1a_utf16(&id.to_string()) as usize % self.spread;
+        let home = crate::routing::volume_of(id, self.spread);
         let slots = self.slots();
         match slots.get(home) {
             Some(Slot::Elsewhere) => return Err(StoreError::Elsewhere { volume: home }),
