@@ -33,6 +33,7 @@ use crate::partition::{
     Usage, Workers,
 };
 use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreError, StoreOptions, Volumes};
+use crate::store::{lock, read_lock, write_lock};
 use crate::sweep::Sweep;
 
 /// Wake-ups for readers waiting for new records: one per partition and one per topic.
@@ -51,14 +52,14 @@ impl Signals {
     }
 
     fn get(&self, key: String) -> Arc<tokio::sync::Notify> {
-        let mut signals = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut signals = lock(&self.0);
         signals.entry(key).or_default().clone()
     }
 
     /// Forgets the signals nobody holds any more (no running partition, no waiting reader),
     /// so their memory returns once partitions close.
     fn release_unused(&self) {
-        let mut signals = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut signals = lock(&self.0);
         signals.retain(|_, signal| Arc::strong_count(signal) > 1);
         signals.shrink_to_fit();
     }
@@ -136,11 +137,11 @@ impl Addresses {
     const MIN_SWEEP: usize = 1_024;
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, AddressMap> {
-        self.0.read().unwrap_or_else(|poison| poison.into_inner())
+        read_lock(&self.0)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, AddressMap> {
-        self.0.write().unwrap_or_else(|poison| poison.into_inner())
+        write_lock(&self.0)
     }
 
     /// The running actor of `id`, if one is remembered.

@@ -23,7 +23,7 @@ pub mod placement;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::ClusterSettings;
 use crate::replica::Replicator;
 use crate::store::{ReplicaCounters, Volumes};
+use crate::store::{lock, read_lock, write_lock};
 use etcd::{Etcd, EtcdError, KeyValue, LeaseId};
 
 /// The exit status of a node that stopped because it may own nothing any more.
@@ -283,15 +284,10 @@ impl Cluster {
     /// Where volume `volume` is served from, as this node last saw it.
     pub fn route(&self, volume: usize) -> Route {
         let shared = &self.shared;
-        if shared
-            .releasing
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(&volume)
-        {
+        if read_lock(&shared.releasing).contains(&volume) {
             return Route::Unowned;
         }
-        let view = shared.view.read().unwrap_or_else(PoisonError::into_inner);
+        let view = read_lock(&shared.view);
         let owner = view.owners.get(volume).and_then(Option::as_ref);
         let live = |owner: &Owner| {
             view.members
@@ -347,7 +343,7 @@ impl Cluster {
     /// What `GET /cluster` shows.
     pub fn status(&self) -> ClusterStatus {
         let shared = &self.shared;
-        let view = shared.view.read().unwrap_or_else(PoisonError::into_inner);
+        let view = read_lock(&shared.view);
         let mut members: BTreeMap<String, MemberStatus> = view
             .members
             .iter()
@@ -375,27 +371,14 @@ impl Cluster {
             volumes: shared.volume_count,
             members,
             unowned,
-            taking: shared
-                .taking
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .clone(),
-            releasing: shared
-                .releasing
-                .read()
-                .unwrap_or_else(PoisonError::into_inner)
-                .first()
-                .copied(),
+            taking: read_lock(&shared.taking).clone(),
+            releasing: read_lock(&shared.releasing).first().copied(),
         }
     }
 
     /// The URLs of the other live nodes, as this node last saw them.
     pub fn other_members(&self) -> Vec<String> {
-        let view = self
-            .shared
-            .view
-            .read()
-            .unwrap_or_else(PoisonError::into_inner);
+        let view = read_lock(&self.shared.view);
         view.members
             .iter()
             .filter(|(node, _)| **node != self.shared.node)
@@ -650,10 +633,7 @@ impl Shared {
 
     /// Records whether etcd just renewed the lease (or granted one).
     fn renewing(&self, renewed: bool) {
-        let mut since = self
-            .renewing_since
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut since = lock(&self.renewing_since);
         match (renewed, *since) {
             (true, None) => *since = Some(Instant::now()),
             (false, _) => *since = None,
@@ -664,10 +644,7 @@ impl Shared {
     /// Whether etcd has renewed the lease without a failure for a whole TTL: only then does
     /// the node claim and hand over volumes (see `renewing_since`).
     fn steady(&self) -> bool {
-        self.renewing_since
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some_and(|since| since.elapsed() >= self.ttl)
+        lock(&self.renewing_since).is_some_and(|since| since.elapsed() >= self.ttl)
     }
 
     /// Stops claiming and handing over volumes until the node joins again (see
@@ -739,7 +716,7 @@ impl Shared {
                 }
             }
         }
-        let mut current = self.view.write().unwrap_or_else(PoisonError::into_inner);
+        let mut current = write_lock(&self.view);
         let changes = current
             .owners
             .iter()
@@ -758,7 +735,7 @@ impl Shared {
     /// The volumes this node should take now: those no live incarnation owns that rendezvous
     /// hashing gives it, and those it claimed and has not taken yet.
     fn due_to_take(&self, inc: u64, volumes: &Volumes) -> Vec<usize> {
-        let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+        let view = read_lock(&self.view);
         let live = |owner: &Owner| {
             view.members
                 .get(&owner.node)
@@ -858,7 +835,7 @@ impl Shared {
     /// [`MOVES_AT_ONCE`], once every volume has an owner (moves wait for failures to be taken
     /// care of).
     fn due_to_release(&self, volumes: &Volumes) -> Vec<usize> {
-        let view = self.view.read().unwrap_or_else(PoisonError::into_inner);
+        let view = read_lock(&self.view);
         if view.owners.iter().any(Option::is_none) {
             return Vec::new();
         }
@@ -877,12 +854,7 @@ impl Shared {
     /// replica ends this node's segment of each history once everything landed; then the
     /// owner keys go, and the nodes they fall to claim them and take them without a seal.
     async fn release(&self, volumes: &[usize], mine: &[u8], parts: &Parts) {
-        volumes.clone_into(
-            &mut self
-                .releasing
-                .write()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
+        volumes.clone_into(&mut write_lock(&self.releasing));
         let started = Instant::now();
         futures_util::future::join_all(volumes.iter().map(|&volume| (parts.close_volume)(volume)))
             .await;
@@ -914,10 +886,7 @@ impl Shared {
             "cluster: released volumes {volumes:?} in {:?}",
             started.elapsed()
         );
-        self.releasing
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        write_lock(&self.releasing).clear();
     }
 
     /// Whether `key` holds `mine`.
@@ -931,7 +900,7 @@ impl Shared {
     /// Takes the `claimed` volumes through the replica and opens them; what fails is retried
     /// on the next round (the claim stays).
     async fn take(&self, claimed: &[usize], parts: &Parts, due_since: &BTreeMap<usize, Instant>) {
-        *self.taking.write().unwrap_or_else(PoisonError::into_inner) = claimed.to_vec();
+        *write_lock(&self.taking) = claimed.to_vec();
         let started = Instant::now();
         let taken = parts.replicator.take(claimed).await;
         let replayed = started.elapsed();
@@ -950,10 +919,7 @@ impl Shared {
                 .unwrap_or_else(|err| Err(err.to_string()))
             }
         };
-        self.taking
-            .write()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clear();
+        write_lock(&self.taking).clear();
         match opened {
             Ok(()) => {
                 let now = Instant::now();

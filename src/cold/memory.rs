@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::{ColdFuture, ColdStore, ColdStoreError, PutOutcome, SegmentKey};
+use crate::store::lock;
 
 /// Segments in a map, for tests and for embedders' tests.
 #[derive(Debug, Default)]
@@ -33,9 +34,7 @@ impl MemoryColdStore {
     }
 
     fn objects(&self) -> std::sync::MutexGuard<'_, BTreeMap<SegmentKey, Vec<u8>>> {
-        self.objects
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        lock(&self.objects)
     }
 }
 
@@ -126,9 +125,7 @@ impl FailingColdStore {
     }
 
     fn failing(&self) -> std::sync::MutexGuard<'_, Vec<ColdStep>> {
-        self.failing
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        lock(&self.failing)
     }
 }
 

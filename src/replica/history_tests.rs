@@ -44,6 +44,7 @@ use super::format::{Keys, Manifest, Window, is_fence};
 use crate::cold::s3::Objects;
 use crate::cold::s3::memory::{Answer, Call, Fault, Faults, MemoryBucket};
 use crate::config::{ReplicationKind, ReplicationSettings};
+use crate::store::lock;
 use crate::store::{LocalCopy, Position, Volume};
 
 /// The nodes of a schedule; a fresh node of another name takes every volume at its end.
@@ -235,7 +236,7 @@ struct Slot {
 
 impl Plan {
     fn state(&self) -> MutexGuard<'_, PlanState> {
-        self.0.lock().unwrap_or_else(|poison| poison.into_inner())
+        lock(&self.0)
     }
 
     fn arm(&self, slot: usize, node: usize, fault: Option<Injected>, seed: u64) {

@@ -7,6 +7,7 @@ use rusqlite::{Connection, OptionalExtension};
 use serde::{Deserialize, Serialize};
 
 use super::batch::record_checksum;
+use super::lock;
 use super::{LogStore, StoreError, segment};
 use crate::cold::SegmentKey;
 
@@ -557,7 +558,7 @@ pub(super) struct SegmentCache(Mutex<VecDeque<CachedSegment>>);
 
 impl SegmentCache {
     fn get(&self, indexed: &IndexedSegment) -> Option<Arc<[Record]>> {
-        let mut cache = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut cache = lock(&self.0);
         let index = cache.iter().position(|(first, checksum, _)| {
             *first == indexed.first_offset && *checksum == indexed.checksum
         })?;
@@ -568,7 +569,7 @@ impl SegmentCache {
     }
 
     fn insert(&self, indexed: &IndexedSegment, records: Arc<[Record]>) {
-        let mut cache = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
+        let mut cache = lock(&self.0);
         if cache.len() == CACHED_SEGMENTS {
             cache.pop_front();
         }

@@ -7,7 +7,7 @@
 //! (which would hand out its offsets anew).
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use super::scrub::Scrubber;
@@ -15,6 +15,7 @@ use super::{
     CommitterPool, DuePartition, DuePosition, LogStore, StoreError, StoreOptions, Stream, SyncMode,
     Volume, VolumeReplica,
 };
+use super::{read_lock, write_lock};
 use crate::error_code::with_causes;
 use crate::names::{PartitionId, validate_topic};
 
@@ -180,7 +181,7 @@ impl Volumes {
                 Slot::Unopened(unopened)
             }
         };
-        let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
+        let mut slots = write_lock(&self.slots);
         if slots.len() <= index {
             slots.resize_with(index + 1, || Slot::Elsewhere);
         }
@@ -198,7 +199,7 @@ impl Volumes {
         } else {
             Slot::Elsewhere
         };
-        let mut slots = self.slots.write().unwrap_or_else(PoisonError::into_inner);
+        let mut slots = write_lock(&self.slots);
         match std::mem::replace(slots.get_mut(index)?, left) {
             Slot::Open(volume) => Some(volume),
             Slot::Unopened(_) | Slot::Elsewhere | Slot::Healing => None,
@@ -228,7 +229,7 @@ impl Volumes {
     }
 
     fn slots(&self) -> std::sync::RwLockReadGuard<'_, Vec<Slot>> {
-        self.slots.read().unwrap_or_else(PoisonError::into_inner)
+        read_lock(&self.slots)
     }
 
     /// Opens `id`'s store in the volume that holds it or, if `create` and none does, adds it

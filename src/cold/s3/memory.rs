@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sha2::{Digest, Sha256};
 
 use super::{DELETE, GET, LIST, ObjectError, PUT, Put, request_failed};
+use crate::store::lock;
 
 /// A bucket in memory's name, in errors.
 pub(crate) const NAME: &str = "memory";
@@ -140,9 +141,7 @@ impl MemoryBucket {
     }
 
     fn objects(&self) -> MutexGuard<'_, BTreeMap<String, Stored>> {
-        self.objects
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        lock(&self.objects)
     }
 
     /// Every object, bypassing the hook (what an audit reads).

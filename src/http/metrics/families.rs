@@ -64,6 +64,7 @@ use crate::cluster::Cluster;
 use crate::log::ColdFlushCounters;
 use crate::log::{GroupPosition, LeaseState, Log, PartitionCounters};
 use crate::names::PartitionId;
+use crate::store::lock;
 use crate::store::{ReplicaCounters, ScrubCounters};
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
@@ -469,10 +470,7 @@ impl Metrics {
 
     fn lock(&self) -> MutexGuard<'_, ()> {
         // The guard protects no data, only the order of scrapes: a poisoned one is still fine.
-        self.inner
-            .scrape
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        lock(&self.inner.scrape)
     }
 }
 
@@ -531,9 +529,7 @@ impl TopicCounters {
     }
 
     fn lock(&self) -> MutexGuard<'_, Counts> {
-        self.counts
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner())
+        lock(&self.counts)
     }
 
     fn add(&self, topic: &str, amounts: Three) {
@@ -634,10 +630,7 @@ impl GroupPositions {
     /// before keeps its lease series (at zero) once its rows are gone, so they never vanish
     /// while the group exists.
     fn update(&self, id: PartitionId, mut groups: Vec<GroupPosition>) {
-        let mut partitions = self
-            .partitions
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let mut partitions = lock(&self.partitions);
         if let Some(before) = partitions.get(&id) {
             for group in groups.iter_mut().filter(|group| group.leases.is_none()) {
                 let leased_before = before
@@ -671,10 +664,7 @@ impl Collector for GroupPositions {
                 &LEASE_LABELS,
             ),
         );
-        let partitions = self
-            .partitions
-            .lock()
-            .unwrap_or_else(|poison| poison.into_inner());
+        let partitions = lock(&self.partitions);
         for (id, groups) in partitions.iter() {
             let (topic, partition) = (id.topic(), id.index().to_string());
             for group in groups.iter() {
