@@ -16,7 +16,8 @@ use crate::common::process::{Server, request};
 
 const TOPIC: &str = "events";
 
-fn volume(data_dir: &Path, index: usize) -> PathBuf {
+/// Volume `index`'s database file in `data_dir`.
+pub(crate) fn volume(data_dir: &Path, index: usize) -> PathBuf {
     data_dir.join(format!("volume-{index}.sqlite"))
 }
 
@@ -179,7 +180,7 @@ fn a_busy_server_killed_and_its_write_ahead_log_lost_reports_the_loss() {
 
 /// Runs `work` on a log over `config` in an actix system of its own, which ends with it: the
 /// log's files are closed afterwards, as when a server process exits.
-fn in_own_process<F, Fut>(config: &Config, work: F)
+pub(crate) fn in_own_process<F, Fut>(config: &Config, work: F)
 where
     F: FnOnce(Log) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,
@@ -427,7 +428,7 @@ async fn append_to(log: &Log, topic: &str, partition: u32) -> Result<(), Error> 
 }
 
 /// The damage mark beside volume `index`.
-fn mark(data_dir: &Path, index: usize) -> PathBuf {
+pub(crate) fn mark(data_dir: &Path, index: usize) -> PathBuf {
     let mut path = volume(data_dir, index).into_os_string();
     path.push("-damaged");
     path.into()
@@ -633,7 +634,7 @@ async fn a_folder_in_place_of_a_cold_segment_is_truncation() {
 
 /// Overwrites the 4 KiB page at `at` of volume 0 with a copy of the page after it, as a
 /// misdirected or stale write would: a page SQLite finds well formed, holding other rows.
-fn copy_next_page_over(data_dir: &Path, at: u64) {
+pub(crate) fn copy_next_page_over(data_dir: &Path, at: u64) {
     let path = volume(data_dir, 0);
     let bytes = std::fs::read(&path).unwrap();
     let next = usize::try_from(at).unwrap() + 4096;
@@ -643,8 +644,8 @@ fn copy_next_page_over(data_dir: &Path, at: u64) {
     file.sync_all().unwrap();
 }
 
-/// 3,000 keyed records of about 200 B in partition 0, in appends of 100.
-async fn append_keyed(log: &Log) {
+/// 3,000 keyed records of about 200 B in `partition`, in appends of 100.
+pub(crate) async fn append_keyed(log: &Log, partition: u32) {
     for round in 0..30 {
         let records = (0..100)
             .map(|n| {
@@ -655,7 +656,7 @@ async fn append_keyed(log: &Log) {
                 )
             })
             .collect();
-        log.append(TOPIC, 0, records).await.unwrap();
+        log.append(TOPIC, partition, records).await.unwrap();
     }
 }
 
@@ -667,7 +668,7 @@ async fn append_keyed(log: &Log) {
 async fn a_page_overwritten_with_another_hides_no_record_from_reads() {
     for eighth in [2, 3, 4, 5] {
         let t = TestLog::with(|config: &mut Config| config.retention.max_records = 0);
-        append_keyed(&t.log).await;
+        append_keyed(&t.log, 0).await;
         t.log.shutdown().await.unwrap();
         let data_dir = &t.config.storage.data_dir;
         let length = std::fs::metadata(volume(data_dir, 0)).unwrap().len();

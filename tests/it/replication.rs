@@ -466,18 +466,23 @@ fn a_damaged_page_found_by_the_scrub_heals_from_the_bucket() {
         Some(1.0)
     );
     let expected: Vec<(u64, String)> = (0..3_000).map(|n| (n, format!("k-{n}"))).collect();
+    assert_eq!(rebuilt_partition_0(node.addr, started), expected);
+    drop(node);
+}
+
+/// Every record of partition 0 once its volume, being rebuilt from the bucket (`503`
+/// meanwhile), serves again, at most a minute after `started`.
+fn rebuilt_partition_0(addr: SocketAddr, started: Instant) -> Vec<(u64, String)> {
     loop {
         let path = format!("/topics/{TOPIC}/partitions/0/records?from=0&limit=1");
-        match request(node.addr, "GET", &path, None).expect("an answer") {
-            (200, _) => break,
+        match request(addr, "GET", &path, None).expect("an answer") {
+            (200, _) => return keyed_offsets(&read_all(addr, 0)),
             (503, _) if started.elapsed() < Duration::from_secs(60) => {
                 thread::sleep(Duration::from_millis(50));
             }
             other => panic!("the rebuilt volume answers {other:?}"),
         }
     }
-    assert_eq!(keyed_offsets(&read_all(node.addr, 0)), expected);
-    drop(node);
 }
 
 /// A snapshot never copies a damaged volume into the bucket: the volume is checked first,
@@ -510,17 +515,7 @@ fn a_snapshot_refuses_a_damaged_copy_and_the_volume_heals() {
         .map(|n| (n, format!("k-{n}")))
         .chain((0..appended).map(|n| (3_000 + n, format!("after-{n}"))))
         .collect();
-    loop {
-        let path = format!("/topics/{TOPIC}/partitions/0/records?from=0&limit=1");
-        match request(node.addr, "GET", &path, None).expect("an answer") {
-            (200, _) => break,
-            (503, _) if started.elapsed() < Duration::from_secs(60) => {
-                thread::sleep(Duration::from_millis(50));
-            }
-            other => panic!("the rebuilt volume answers {other:?}"),
-        }
-    }
-    assert_eq!(keyed_offsets(&read_all(node.addr, 0)), expected);
+    assert_eq!(rebuilt_partition_0(node.addr, started), expected);
     drop(node);
 }
 

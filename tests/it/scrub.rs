@@ -3,8 +3,7 @@
 //! the background scrub alone, with no read, and refuses writes; a healthy volume is checked
 //! whole and left alone, also while appends and trims run beside the scrub.
 
-use std::io::{Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use durability::http::metrics::Metrics;
@@ -12,35 +11,13 @@ use durability::store::NewRecord;
 use durability::{Config, Log};
 
 use crate::common::TestLog;
+use crate::damage::{append_keyed, copy_next_page_over, in_own_process, mark, volume};
 
 const TOPIC: &str = "events";
 /// The scrub interval of the tests that wait for a scrub: the first pass starts after it.
 const SHORT_INTERVAL_MS: u64 = 50;
 /// The longest wait for a scrub to find what it must.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-fn volume(data_dir: &Path, index: usize) -> PathBuf {
-    data_dir.join(format!("volume-{index}.sqlite"))
-}
-
-/// The damage mark beside volume `index`.
-fn mark(data_dir: &Path, index: usize) -> PathBuf {
-    let mut path = volume(data_dir, index).into_os_string();
-    path.push("-damaged");
-    path.into()
-}
-
-/// Overwrites the 4 KiB page at `at` of volume 0 with a copy of the page after it, as a
-/// misdirected or stale write would: a page SQLite finds well formed, holding other rows.
-fn copy_next_page_over(data_dir: &Path, at: u64) {
-    let path = volume(data_dir, 0);
-    let bytes = std::fs::read(&path).unwrap();
-    let next = usize::try_from(at).unwrap() + 4096;
-    let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    file.seek(SeekFrom::Start(at)).unwrap();
-    file.write_all(&bytes[next..next + 4096]).unwrap();
-    file.sync_all().unwrap();
-}
 
 /// Where in volume 0 the leaf pages of `table` start, in file order.
 fn leaf_pages(data_dir: &Path, table: &str) -> Vec<u64> {
@@ -52,41 +29,6 @@ fn leaf_pages(data_dir: &Path, table: &str) -> Vec<u64> {
         .query_map([table], |row| row.get::<_, u64>(0))
         .unwrap();
     pages.map(|page| (page.unwrap() - 1) * 4096).collect()
-}
-
-/// 3,000 keyed records of about 200 B in `partition`, in appends of 100.
-async fn append_keyed(log: &Log, partition: u32) {
-    for round in 0..30 {
-        let records = (0..100)
-            .map(|n| {
-                let key = format!("k{}", round * 100 + n);
-                NewRecord::keyed(
-                    key,
-                    format!("{{\"n\":{n},\"text\":\"{}\"}}", "x".repeat(170)),
-                )
-            })
-            .collect();
-        log.append(TOPIC, partition, records).await.unwrap();
-    }
-}
-
-/// Runs `work` on a log over `config` in an actix system of its own, which ends with it: the
-/// log's files are closed afterwards, as when a server process exits.
-fn in_own_process<F, Fut>(config: &Config, work: F)
-where
-    F: FnOnce(Log) -> Fut + Send + 'static,
-    Fut: std::future::Future<Output = ()>,
-{
-    let config = config.clone();
-    std::thread::spawn(move || {
-        actix::System::new().block_on(async move {
-            let log = Log::open(config).unwrap();
-            work(log.clone()).await;
-            log.shutdown().await.unwrap();
-        });
-    })
-    .join()
-    .unwrap();
 }
 
 /// Waits until `done` holds, at most [`PATIENCE`]; `what` says what was awaited.
