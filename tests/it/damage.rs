@@ -180,7 +180,7 @@ fn a_busy_server_killed_and_its_write_ahead_log_lost_reports_the_loss() {
 
 /// Runs `work` on a log over `config` in an actix system of its own, which ends with it: the
 /// log's files are closed afterwards, as when a server process exits.
-pub(crate) fn in_own_process<F, Fut>(config: &Config, work: F)
+fn in_own_process<F, Fut>(config: &Config, work: F)
 where
     F: FnOnce(Log) -> Fut + Send + 'static,
     Fut: std::future::Future<Output = ()>,
@@ -292,49 +292,41 @@ async fn a_malformed_page_fails_reads_then_writes_and_is_remembered_across_resta
 /// anything is stored, and the record stays where it was.
 #[actix::test]
 async fn a_trim_refuses_to_flush_an_altered_record() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut config = altered_behind_the_log(
-        dir.path(),
-        "UPDATE records SET dedup_key = 'forged' WHERE offset = 0",
-    );
-    config.retention.max_records = 1;
-    config.cold.kind = durability::config::ColdKind::Fs;
-    let cold_dir = config.cold.dir.clone();
-    let log = Log::open(config).unwrap();
-    let err = log.trim(TOPIC, 0).await.unwrap_err();
-    assert_eq!(err.code(), "corrupted", "{err}");
-    let stored = walk(&cold_dir);
-    assert!(
-        stored.is_empty(),
-        "nothing reached the cold tier: {stored:?}"
-    );
-    log.shutdown().await.unwrap();
+    trim_refused("UPDATE records SET dedup_key = 'forged' WHERE offset = 0").await;
 }
 
 /// Nor does it flush records around a hole (a row the database lost): a segment is whole.
 #[actix::test]
 async fn a_trim_never_flushes_a_segment_with_a_hole() {
+    let err = trim_refused("DELETE FROM records WHERE offset = 1").await;
+    assert!(err.to_string().contains("record 1 "), "{err}");
+}
+
+/// A trim of partition 0 past all but its newest record, to a folder cold tier, after
+/// `alteration` ran behind the log's back: it fails `corrupted` (answered) and nothing reached
+/// the cold tier.
+async fn trim_refused(alteration: &str) -> Error {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = altered_behind_the_log(dir.path(), "DELETE FROM records WHERE offset = 1");
+    let mut config = altered_behind_the_log(dir.path(), alteration);
     config.retention.max_records = 1;
     config.cold.kind = durability::config::ColdKind::Fs;
     let cold_dir = config.cold.dir.clone();
     let log = Log::open(config).unwrap();
     let err = log.trim(TOPIC, 0).await.unwrap_err();
     assert_eq!(err.code(), "corrupted", "{err}");
-    assert!(err.to_string().contains("record 1 "), "{err}");
     let stored = walk(&cold_dir);
     assert!(
         stored.is_empty(),
         "nothing reached the cold tier: {stored:?}"
     );
     log.shutdown().await.unwrap();
+    err
 }
 
 /// The configuration of a log in `dir` whose partition 0 holds `"hello"`, `"world"` and
 /// `"!"`, and whose database then had `alteration` (changing one row) run on it behind the
 /// log's back.
-fn altered_behind_the_log(dir: &std::path::Path, alteration: &str) -> Config {
+pub(crate) fn altered_behind_the_log(dir: &std::path::Path, alteration: &str) -> Config {
     let config = Config::for_tests(dir);
     in_own_process(&config, |log| async move {
         let records = ["\"hello\"", "\"world\"", "\"!\""]

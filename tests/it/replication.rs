@@ -454,13 +454,7 @@ fn a_damaged_page_found_by_the_scrub_heals_from_the_bucket() {
     ];
     let node = start_node(dir.path(), &s3, &s3.endpoint, "a", &settings);
     let started = Instant::now();
-    while set_aside_copies(dir.path(), damaged) == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the scrub found nothing"
-        );
-        thread::sleep(Duration::from_millis(50));
-    }
+    await_set_aside(dir.path(), damaged, started, || {});
     assert_eq!(
         metric(node.addr, "durability_scrub_damage_found_total"),
         Some(1.0)
@@ -468,6 +462,19 @@ fn a_damaged_page_found_by_the_scrub_heals_from_the_bucket() {
     let expected: Vec<(u64, String)> = (0..3_000).map(|n| (n, format!("k-{n}"))).collect();
     assert_eq!(rebuilt_partition_0(node.addr, started), expected);
     drop(node);
+}
+
+/// Waits until a copy of volume `volume` was set aside in `data_dir`, at most a minute after
+/// `started`, doing `meanwhile` every 50 ms.
+fn await_set_aside(data_dir: &Path, volume: u32, started: Instant, mut meanwhile: impl FnMut()) {
+    while set_aside_copies(data_dir, volume) == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "volume {volume}'s damaged copy was never set aside"
+        );
+        meanwhile();
+        thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// Every record of partition 0 once its volume, being rebuilt from the bucket (`503`
@@ -500,17 +507,12 @@ fn a_snapshot_refuses_a_damaged_copy_and_the_volume_heals() {
     let node = start_node(dir.path(), &s3, &s3.endpoint, "a", &settings);
     let started = Instant::now();
     let mut appended = 0;
-    while set_aside_copies(dir.path(), damaged) == 0 {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the damaged copy was never set aside"
-        );
+    await_set_aside(dir.path(), damaged, started, || {
         // A write to the damaged volume lands a window, after which its snapshot is due.
         if let Ok((202, _)) = append(node.addr, 0, &format!("after-{appended}")) {
             appended += 1;
         }
-        thread::sleep(Duration::from_millis(50));
-    }
+    });
     let expected: Vec<(u64, String)> = (0..3_000)
         .map(|n| (n, format!("k-{n}")))
         .chain((0..appended).map(|n| (3_000 + n, format!("after-{n}"))))

@@ -11,7 +11,7 @@ use durability::store::NewRecord;
 use durability::{Config, Log};
 
 use crate::common::TestLog;
-use crate::damage::{append_keyed, copy_next_page_over, in_own_process, mark, volume};
+use crate::damage::{altered_behind_the_log, append_keyed, copy_next_page_over, mark, volume};
 
 const TOPIC: &str = "events";
 /// The scrub interval of the tests that wait for a scrub: the first pass starts after it.
@@ -111,18 +111,10 @@ async fn a_page_copied_over_its_neighbour_is_found_without_a_read() {
 #[actix::test]
 async fn an_altered_payload_is_found_without_a_read() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = Config::for_tests(dir.path());
-    config.storage.scrub_interval_ms = 0;
-    in_own_process(&config, |log| async move {
-        let records = ["\"hello\"", "\"world\"", "\"!\""]
-            .map(NewRecord::new)
-            .to_vec();
-        log.append(TOPIC, 0, records).await.unwrap();
-    });
-    let conn = rusqlite::Connection::open(volume(&config.storage.data_dir, 0)).unwrap();
-    let altered = "UPDATE records SET payload = '\"HELLO\"' WHERE payload = '\"hello\"'";
-    assert_eq!(conn.execute(altered, []).unwrap(), 1);
-    drop(conn);
+    let config = altered_behind_the_log(
+        dir.path(),
+        "UPDATE records SET payload = '\"HELLO\"' WHERE payload = '\"hello\"'",
+    );
     assert_scrub_finds(
         config,
         "record 0 of partition events:0 failing its checksum",
