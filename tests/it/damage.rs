@@ -624,16 +624,42 @@ async fn a_folder_in_place_of_a_cold_segment_is_truncation() {
     log.shutdown().await.unwrap();
 }
 
-/// Overwrites the 4 KiB page at `at` of volume 0 with a copy of the page after it, as a
+/// Overwrites the 4 KiB page at `at` of volume `index` with a copy of the page after it, as a
 /// misdirected or stale write would: a page SQLite finds well formed, holding other rows.
-pub(crate) fn copy_next_page_over(data_dir: &Path, at: u64) {
-    let path = volume(data_dir, 0);
+pub(crate) fn copy_next_page_over(data_dir: &Path, index: usize, at: u64) {
+    let path = volume(data_dir, index);
     let bytes = std::fs::read(&path).unwrap();
     let next = usize::try_from(at).unwrap() + 4096;
     let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
     file.seek(SeekFrom::Start(at)).unwrap();
     file.write_all(&bytes[next..next + 4096]).unwrap();
     file.sync_all().unwrap();
+}
+
+/// Where in volume `index` the leaf pages of `table` start, in file order.
+pub(crate) fn leaf_pages(data_dir: &Path, index: usize, table: &str) -> Vec<u64> {
+    let conn = rusqlite::Connection::open(volume(data_dir, index)).unwrap();
+    let mut statement = conn
+        .prepare("SELECT pageno FROM dbstat WHERE name = ?1 AND pagetype = 'leaf' ORDER BY pageno")
+        .unwrap();
+    let pages = statement
+        .query_map([table], |row| row.get::<_, u64>(0))
+        .unwrap();
+    pages.map(|page| (page.unwrap() - 1) * 4096).collect()
+}
+
+/// The middle one of volume `index`'s `records` leaf pages that the next page of the file
+/// follows in that table: copied over it, a page of records hides others (where the file's
+/// middle may be the lookup index, which reads do not walk).
+pub(crate) fn records_page_before_another(data_dir: &Path, index: usize) -> u64 {
+    let leaves = leaf_pages(data_dir, index, "records");
+    let followed: Vec<u64> = leaves
+        .iter()
+        .copied()
+        .filter(|at| leaves.contains(&(at + 4096)))
+        .collect();
+    assert!(!followed.is_empty(), "no two adjacent pages of records");
+    followed[followed.len() / 2]
 }
 
 /// 3,000 keyed records of about 200 B in `partition`, in appends of 100.
@@ -664,7 +690,7 @@ async fn a_page_overwritten_with_another_hides_no_record_from_reads() {
         t.log.shutdown().await.unwrap();
         let data_dir = &t.config.storage.data_dir;
         let length = std::fs::metadata(volume(data_dir, 0)).unwrap().len();
-        copy_next_page_over(data_dir, length * eighth / 8 / 4096 * 4096);
+        copy_next_page_over(data_dir, 0, length * eighth / 8 / 4096 * 4096);
 
         let log = Log::open(t.config.clone()).unwrap();
         let mut refused = 0;

@@ -32,6 +32,7 @@ use crate::common::process::{
     Server, find, header, replication_env, request, request_with_head, seed,
 };
 use crate::common::{Rng, block_on, eventually, fd_count_lock, fresh_s3_bucket};
+use crate::damage::{copy_next_page_over, records_page_before_another};
 
 const TOPIC: &str = "replicated";
 /// The replica's objects are under this prefix (the default).
@@ -396,8 +397,8 @@ fn a_lost_write_ahead_log_is_replayed_from_the_bucket() {
 }
 
 /// Writes 3,000 keyed records to partition 0 on a node over `data_dir`, stops it, and
-/// overwrites a page in the middle of the volume holding it with its neighbour: answers that
-/// volume.
+/// overwrites a page of its records in the middle of the volume holding it with the next one,
+/// also of records: answers that volume.
 fn write_then_damage(data_dir: &Path, s3: &S3Settings, settings: &[(&str, &str)]) -> u32 {
     let mut node = start_node(data_dir, s3, &s3.endpoint, "a", settings);
     let path = format!("/topics/{TOPIC}/partitions/0/records");
@@ -418,12 +419,12 @@ fn write_then_damage(data_dir: &Path, s3: &S3Settings, settings: &[(&str, &str)]
         "the server stops on SIGTERM"
     );
     let damaged = fnv1a_utf16(&format!("{TOPIC}:0")) % 2;
-    let volume = data_dir.join(format!("volume-{damaged}.sqlite"));
-    let mut bytes = std::fs::read(&volume).expect("the volume");
-    let at = bytes.len() / 2 / 4096 * 4096;
-    let neighbour = bytes[at + 4096..at + 8192].to_vec();
-    bytes[at..at + 4096].copy_from_slice(&neighbour);
-    std::fs::write(&volume, bytes).expect("the damaged volume");
+    let index = damaged as usize;
+    copy_next_page_over(
+        data_dir,
+        index,
+        records_page_before_another(data_dir, index),
+    );
     damaged
 }
 

@@ -3,7 +3,6 @@
 //! the background scrub alone, with no read, and refuses writes; a healthy volume is checked
 //! whole and left alone, also while appends and trims run beside the scrub.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use durability::http::metrics::Metrics;
@@ -11,25 +10,16 @@ use durability::store::NewRecord;
 use durability::{Config, Log};
 
 use crate::common::TestLog;
-use crate::damage::{altered_behind_the_log, append_keyed, copy_next_page_over, mark, volume};
+use crate::damage::{
+    altered_behind_the_log, append_keyed, copy_next_page_over, leaf_pages, mark,
+    records_page_before_another,
+};
 
 const TOPIC: &str = "events";
 /// The scrub interval of the tests that wait for a scrub: the first pass starts after it.
 const SHORT_INTERVAL_MS: u64 = 50;
 /// The longest wait for a scrub to find what it must.
 const PATIENCE: Duration = Duration::from_secs(30);
-
-/// Where in volume 0 the leaf pages of `table` start, in file order.
-fn leaf_pages(data_dir: &Path, table: &str) -> Vec<u64> {
-    let conn = rusqlite::Connection::open(volume(data_dir, 0)).unwrap();
-    let mut statement = conn
-        .prepare("SELECT pageno FROM dbstat WHERE name = ?1 AND pagetype = 'leaf' ORDER BY pageno")
-        .unwrap();
-    let pages = statement
-        .query_map([table], |row| row.get::<_, u64>(0))
-        .unwrap();
-    pages.map(|page| (page.unwrap() - 1) * 4096).collect()
-}
 
 /// Waits until `done` holds, at most [`PATIENCE`]; `what` says what was awaited.
 async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
@@ -91,13 +81,13 @@ async fn a_page_copied_over_its_neighbour_is_found_without_a_read() {
         t.log.shutdown().await.unwrap();
         let data_dir = &t.config.storage.data_dir;
         let at = match table {
-            "records" => std::fs::metadata(volume(data_dir, 0)).unwrap().len() / 2 / 4096 * 4096,
+            "records" => records_page_before_another(data_dir, 0),
             _ => {
-                let leaves = leaf_pages(data_dir, table);
+                let leaves = leaf_pages(data_dir, 0, table);
                 leaves[leaves.len() / 2]
             }
         };
-        copy_next_page_over(data_dir, at);
+        copy_next_page_over(data_dir, 0, at);
         let cause = match table {
             "records" => format!("page {}", at / 4096 + 1),
             _ => "record_index".to_owned(),
