@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 
 use crate::cold::S3Settings;
 use crate::cold::s3::{ObjectError, Objects, Put};
-use crate::config::ReplicationSettings;
+use crate::config::{MAX_PUTS_IN_FLIGHT, ReplicationSettings};
 use crate::store::{
     Landed, LocalCopy, OnLanded, Position, ReplicaCounters, StoreError, Stream, Volume, lock,
 };
@@ -645,10 +645,6 @@ impl Stream for Replicator {
         self.node.heal(volume)
     }
 }
-
-/// The most windows a stream may store at once (`replication.max_puts_in_flight`): a copy
-/// taken after a stop checks as many windows before its own (see [`take`]).
-pub const MAX_PUTS_IN_FLIGHT: usize = 16;
 
 /// Windows a take replays beyond which the volume is snapshotted at once: a failover's time
 /// follows the history its taker replays. A long history is read a batch at a time (16 GETs

@@ -1,0 +1,61 @@
+//! `[server]` and `[metrics]`: the HTTP listener, and what its `GET /metrics` shows.
+
+use std::net::ToSocketAddrs;
+
+use serde::Deserialize;
+
+use super::{ConfigError, positive};
+
+/// The longest `waitMs` the REST contract allows: `server.max_wait_ms` may only shorten it.
+pub const MAX_WAIT_MS: u64 = 30_000;
+
+/// `[server]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSettings {
+    /// Listen address; port 0 picks a free one. Default: `127.0.0.1:8080`.
+    pub bind: String,
+    /// Bearer token for every endpoint but `/healthz`; empty: no auth. Default: empty.
+    pub auth_token: String,
+    /// Largest request body. Default: 16 MiB.
+    pub max_body_bytes: usize,
+    /// Longest wait for a request's body. Default: 5,000.
+    pub request_timeout_ms: u64,
+    /// Longest wait of a long-poll read (`waitMs`); a longer one is cut to it. At most
+    /// [`MAX_WAIT_MS`]. Default: 30,000.
+    pub max_wait_ms: u64,
+}
+
+impl ServerSettings {
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        if self
+            .bind
+            .to_socket_addrs()
+            .map(|mut addrs| addrs.next().is_none())
+            .unwrap_or(true)
+        {
+            return Err(ConfigError::invalid(
+                "server.bind",
+                format!("{:?} is not a host:port address", self.bind),
+            ));
+        }
+        positive("server.max_body_bytes", self.max_body_bytes as u64)?;
+        positive("server.request_timeout_ms", self.request_timeout_ms)?;
+        if self.max_wait_ms > MAX_WAIT_MS {
+            return Err(ConfigError::invalid(
+                "server.max_wait_ms",
+                format!("must be at most {MAX_WAIT_MS}"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `[metrics]`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MetricsSettings {
+    /// Topics with series of their own, the first seen since the server started; the counts
+    /// of later ones are summed under `topic="(other)"`. Default: 1,000.
+    pub max_topics: usize,
+}
