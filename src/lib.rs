@@ -109,6 +109,7 @@ pub use registry::PartitionCounters;
 pub mod routing;
 pub mod store;
 mod sweep;
+mod sync;
 
 pub use config::Config;
 pub use error::{Error, ErrorCode};

@@ -33,7 +33,7 @@ use crate::partition::{
     Usage, Workers,
 };
 use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreError, StoreOptions, Volumes};
-use crate::store::{lock, read_lock, write_lock};
+use crate::sync::{lock, read_lock, write_lock};
 use crate::sweep::Sweep;
 
 /// Wake-ups for readers waiting for new records: one per partition and one per topic.

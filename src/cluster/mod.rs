@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::ClusterSettings;
 use crate::replica::Replicator;
 use crate::store::{ReplicaCounters, Volumes};
-use crate::store::{lock, read_lock, write_lock};
+use crate::sync::{lock, read_lock, write_lock};
 use etcd::{Etcd, EtcdError, KeyValue, LeaseId};
 
 /// The exit status of a node that stopped because it may own nothing any more.

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use super::{ColdFuture, ColdStore, ColdStoreError, PutOutcome, SegmentKey};
-use crate::store::lock;
+use crate::sync::lock;
 
 /// Segments in a map, for tests and for embedders' tests.
 #[derive(Debug, Default)]

@@ -13,7 +13,7 @@ use super::spread::Spread;
 use super::{ApiError, HttpState};
 use crate::load::LoadSnapshot;
 use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
-use crate::store::MAX_KEY_BYTES;
+use crate::log::MAX_KEY_BYTES;
 
 /// One event of `POST /topics/{topic}/records`.
 #[derive(Deserialize, ToSchema)]

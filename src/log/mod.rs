@@ -25,7 +25,8 @@ pub use crate::registry::PartitionCounters;
 /// reach into [`store`](crate::store).
 pub use crate::store::{
     AppendOutcome, AppendRejection, Bounds, ColdFlushCounters, GroupPosition, Lease, LeaseRow,
-    LeaseState, NewRecord, Page, Record, StoreError, unsigned_offset,
+    LeaseState, MAX_KEY_BYTES, NewRecord, Page, Record, ReplicaCounters, ScrubCounters,
+    StoreError, unsigned_offset,
 };
 pub use builder::LogBuilder;
 pub use operations::{
@@ -46,7 +47,7 @@ use crate::partition::{self, PartitionActor, PartitionStats};
 use crate::registry::{
     Addresses, Locate, OpenStores, PartitionRegistry, RunningPartitions, Shutdown, Signals,
 };
-use crate::store::{ReplicaCounters, ScrubCounters, Volumes};
+use crate::store::Volumes;
 use long_poll::WaitsReleased;
 
 /// The embeddable log. Cheap to clone; every clone talks to the same partitions.

@@ -12,7 +12,8 @@ use tokio::sync::{Notify, oneshot};
 use super::{Appended, Delivery, PartitionActor, Usage};
 use crate::error::Error;
 use crate::load::LoadObserver;
-use crate::store::{AppendOutcome, LogStore, NewRecord, Page, StoreError, lock};
+use crate::store::{AppendOutcome, LogStore, NewRecord, Page, StoreError};
+use crate::sync::lock;
 
 /// A partition's way around its actor, from any thread: an append goes straight to the
 /// volume's committer as a share of its own and is answered on the committer's thread; a read

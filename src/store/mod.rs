@@ -29,7 +29,9 @@ mod volumes;
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::Arc;
+
+pub(crate) use crate::sync::{lock, read_lock, write_lock};
 
 use rusqlite::{Connection, Transaction};
 use serde::Deserialize;
@@ -341,23 +343,6 @@ impl LogStore {
     ) -> Result<T, StoreError> {
         self.volume.shared().snapshot(work)
     }
-}
-
-/// Locks `mutex`, carrying on after a panic elsewhere: every guarded value here is replaced
-/// whole or only after a commit, so it is consistent. The one rule for every lock of the
-/// crate, with [`read_lock`] and [`write_lock`].
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Reads `rwlock`, carrying on after a panic elsewhere (see [`lock`]).
-pub(crate) fn read_lock<T>(rwlock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
-    rwlock.read().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// Writes `rwlock`, carrying on after a panic elsewhere (see [`lock`]).
-pub(crate) fn write_lock<T>(rwlock: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
-    rwlock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]

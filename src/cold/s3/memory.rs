@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use sha2::{Digest, Sha256};
 
 use super::{DELETE, GET, LIST, ObjectError, PUT, Put, request_failed};
-use crate::store::lock;
+use crate::sync::lock;
 
 /// A bucket in memory's name, in errors.
 pub(crate) const NAME: &str = "memory";

@@ -64,8 +64,8 @@ use crate::cluster::Cluster;
 use crate::log::ColdFlushCounters;
 use crate::log::{GroupPosition, LeaseState, Log, PartitionCounters};
 use crate::names::PartitionId;
-use crate::store::lock;
-use crate::store::{ReplicaCounters, ScrubCounters};
+use crate::log::{ReplicaCounters, ScrubCounters};
+use crate::sync::lock;
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
 /// `Metrics` can be shared by all the workers of an `HttpServer`.
