@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use actix_web::middleware::{Condition, Logger};
 use actix_web::{App, HttpServer};
 use clap::Parser;
+use durability::cluster::{EXIT_LEASE_LOST, StopReason};
 use durability::{Config, Log, http};
 
 /// jemalloc: its size-class slabs keep a burst of partitions from fragmenting the heap the way
@@ -116,9 +117,16 @@ fn main() -> ExitCode {
     log::info!("configuration: {:?}", config.redacted());
     raise_fd_limit();
     match actix_web::rt::System::new().block_on(serve(config)) {
-        Ok(()) => {
+        Ok(Served::Stopped) => {
             log::info!("stopped");
             ExitCode::SUCCESS
+        }
+        Ok(Served::LeaseLost(reason)) => {
+            log::error!(
+                "the node stopped serving ({reason}); exiting with {EXIT_LEASE_LOST} so that a \
+                 new incarnation can join again"
+            );
+            ExitCode::from(EXIT_LEASE_LOST as u8)
         }
         Err(err) => {
             let _ = writeln!(std::io::stderr(), "error: {err}");
@@ -184,10 +192,20 @@ fn raise_fd_limit() {
     }
 }
 
+/// How serving ended.
+enum Served {
+    /// A shutdown signal stopped the server.
+    Stopped,
+    /// The node stopped serving for good (it may own nothing any more): the process exits at
+    /// once with [`EXIT_LEASE_LOST`].
+    LeaseLost(StopReason),
+}
+
 /// Serves until a shutdown signal: SIGTERM and Ctrl-C alike stop accepting connections, answer
 /// waiting long-polls at once, let the requests in flight finish (at most [`SHUTDOWN_GRACE`]),
-/// then commit what the partitions have queued and close the volumes.
-async fn serve(config: Config) -> std::io::Result<()> {
+/// then commit what the partitions have queued and close the volumes. A cluster's node that
+/// stopped serving ends it at once.
+async fn serve(config: Config) -> std::io::Result<Served> {
     let log = Log::open(config.clone())
         .map_err(|err| std::io::Error::other(durability::error::with_causes(&err)))?;
     warn_if_cold_store_unreachable(&config).await;
@@ -228,11 +246,14 @@ async fn serve(config: Config) -> std::io::Result<()> {
         stopper.release_waits();
         handle.stop(true).await;
     });
-    let result = server.await;
+    let result = tokio::select! {
+        result = server => result,
+        reason = log.stopped() => return Ok(Served::LeaseLost(reason)),
+    };
     if let Err(err) = log.shutdown().await {
         log::error!("closing the partitions: {err}");
     }
-    result
+    result.map(|()| Served::Stopped)
 }
 
 /// The log filter without `RUST_LOG`: `info`, but the access log off (a line per request cost

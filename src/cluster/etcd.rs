@@ -27,8 +27,9 @@ pub(crate) struct Etcd {
     request_timeout: Duration,
 }
 
+/// Why a request to etcd failed.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum EtcdError {
+pub enum EtcdError {
     /// No endpoint answered, or none could serve (no leader): the cluster is out of reach.
     #[error("etcd unreachable: {0}")]
     Unreachable(String),

@@ -15,8 +15,11 @@
 //! few at a time. Safety comes from the bucket's fences, not from etcd: a node that cannot
 //! renew its lease keeps serving what it holds, takes nothing new, and joins again when etcd
 //! answers; a node whose stream another node sealed, or whose windows cannot land for its TTL,
-//! stops its process: it owns nothing any more, and starts again as a new incarnation. The
-//! lease is renewed on a thread of its own, so that taking and opening volumes never delays it.
+//! stops serving: its stream lands nothing more, its volumes close, its lease is revoked, and
+//! [`Cluster::stopped`] tells the application ([`StopReason`]), which decides what follows (the
+//! server exits with [`EXIT_LEASE_LOST`] and starts again as a new incarnation). The library
+//! never ends its host. The lease is renewed on a thread of its own, so that taking and opening
+//! volumes never delays it.
 
 pub(crate) mod etcd;
 pub mod placement;
@@ -32,10 +35,48 @@ use crate::config::ClusterSettings;
 use crate::replica::Replicator;
 use crate::store::{ReplicaCounters, Volumes};
 use crate::sync::{lock, read_lock, write_lock};
-use etcd::{Etcd, EtcdError, KeyValue, LeaseId};
+pub use etcd::EtcdError;
+use etcd::{Etcd, KeyValue, LeaseId};
 
-/// The exit status of a node that stopped because it may own nothing any more.
+/// The exit status the server uses when its node stopped serving ([`Cluster::stopped`]): it may
+/// own nothing any more.
 pub const EXIT_LEASE_LOST: i32 = 3;
+
+/// Why a node stopped serving for good: another node may be taking its volumes, so it owns
+/// nothing any more. Its stream lands nothing more and its volumes are closed; a new
+/// incarnation (a new [`Log`](crate::Log) over the same data folder, or a restarted process)
+/// can join again.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StopReason {
+    /// The node could not join the cluster at start.
+    #[error("cannot join the cluster: {0}")]
+    CannotJoin(Arc<ClusterError>),
+    /// Its lease's thread could not start.
+    #[error("cannot start the lease's thread: {0}")]
+    LeaseThread(Arc<std::io::Error>),
+    /// Another node took a volume of this node and sealed its stream.
+    #[error("another node sealed this node's stream")]
+    Sealed,
+    /// Its writes could not land in the bucket for its lease's TTL: its lease is revoked so
+    /// that nodes that reach the bucket take its volumes at once.
+    #[error("this node's writes could not land in the bucket for its lease's TTL")]
+    NotLanding,
+    /// Another node claimed a volume this node held while it could not renew its lease.
+    #[error("volume {volume} was claimed by another node while this node was detached")]
+    ClaimedWhileDetached {
+        /// The volume.
+        volume: usize,
+    },
+    /// Handing a volume over failed after it was closed here: this node cannot serve it again
+    /// as it is.
+    #[error("releasing volume {volume} failed: {reason}")]
+    ReleaseFailed {
+        /// The volume.
+        volume: usize,
+        /// What failed.
+        reason: String,
+    },
+}
 
 /// Volumes a node hands over at once: a node joining gets its share in a few rounds rather
 /// than one volume at a time, while each round leaves few partitions unavailable at once.
@@ -144,6 +185,12 @@ struct Shared {
     renewing_since: std::sync::Mutex<Option<Instant>>,
     /// Set when the node leaves: its lease ends on purpose.
     leaving: AtomicBool,
+    /// Set as soon as the node must stop serving: it claims, renews and serves nothing more.
+    stopping: AtomicBool,
+    /// Why the node stopped serving, sent once it has (its volumes closed).
+    stopped: tokio::sync::watch::Sender<Option<StopReason>>,
+    /// What claiming, releasing and stopping work with, set when the node starts serving.
+    parts: OnceLock<Parts>,
     /// Told of every change under the cluster's keys (a watch).
     changed: tokio::sync::Notify,
     /// Bumped whenever the view is read again: forwarded requests waiting on an owner look
@@ -157,17 +204,11 @@ struct Shared {
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// etcd did not answer, or refused.
-    #[error("etcd: {0}")]
-    Etcd(String),
+    #[error(transparent)]
+    Etcd(#[from] EtcdError),
     /// What etcd holds does not allow it.
     #[error("{0}")]
     Refused(String),
-}
-
-impl From<EtcdError> for ClusterError {
-    fn from(err: EtcdError) -> Self {
-        Self::Etcd(err.to_string())
-    }
 }
 
 impl Cluster {
@@ -224,6 +265,9 @@ impl Cluster {
                 lease: AtomicI64::new(0),
                 renewing_since: std::sync::Mutex::new(Instant::now().checked_sub(ttl)),
                 leaving: AtomicBool::new(false),
+                stopping: AtomicBool::new(false),
+                stopped: tokio::sync::watch::Sender::new(None),
+                parts: OnceLock::new(),
                 changed: tokio::sync::Notify::new(),
                 view_read: tokio::sync::watch::Sender::new(0),
                 runtime,
@@ -254,31 +298,49 @@ impl Cluster {
         let _ = self.shared.volumes.set(volumes.clone());
         let shared = self.shared.clone();
         let inc = replicator.inc();
+        let parts = Parts {
+            inc,
+            replicator: replicator.clone(),
+            volumes,
+            close_volume,
+        };
+        let _ = self.shared.parts.set(parts.clone());
         self.shared.runtime.spawn(async move {
             let lease = match shared.join(inc).await {
                 Ok(lease) => lease,
-                Err(err) => fail_stop(&format!("cannot join the cluster: {err}")),
+                Err(err) => return shared.stop_serving(StopReason::CannotJoin(Arc::new(err))),
             };
             shared.lease.store(lease, Ordering::SeqCst);
             // The lease is renewed on a thread of its own, with a client of its own: taking and
             // opening volumes on this runtime must never delay a renewal.
             let keeper = shared.clone();
-            let lease_replicator = replicator.clone();
             let started = crate::background::spawn("durability-lease", move || {
-                keeper.keep_lease(inc, lease_replicator, replica_counters)
+                keeper.keep_lease(inc, replicator, replica_counters)
             });
             if let Err(err) = started {
-                fail_stop(&format!("cannot start the lease's thread: {err}"));
+                return shared.stop_serving(StopReason::LeaseThread(Arc::new(err)));
             }
             tokio::spawn(shared.clone().watch_changes());
-            let parts = Parts {
-                inc,
-                replicator,
-                volumes,
-                close_volume,
-            };
             shared.claim_forever(&parts).await;
         });
+    }
+
+    /// Why this node stopped serving, once it has (see [`StopReason`]); `None` while it serves.
+    pub fn stop_reason(&self) -> Option<StopReason> {
+        self.shared.stopped.borrow().clone()
+    }
+
+    /// Resolves once this node has stopped serving for good (see [`StopReason`]): its stream
+    /// lands nothing more, its volumes are closed and its lease is revoked. The application
+    /// decides what follows: the server exits with [`EXIT_LEASE_LOST`]; an embedding
+    /// application may keep running, and open a new [`Log`](crate::Log) to join again.
+    pub async fn stopped(&self) -> StopReason {
+        let mut stopped = self.shared.stopped.subscribe();
+        match stopped.wait_for(Option::is_some).await {
+            Ok(reason) => reason.clone().expect("waited for a reason"),
+            // The sender lives as long as this handle.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Where volume `volume` is served from, as this node last saw it.
@@ -297,7 +359,9 @@ impl Cluster {
         // A volume held here that another live node claimed (this node was stopped, or cut
         // off, past its lease) is no longer the log here: its requests go to that node.
         let claimed_elsewhere = owner.is_some_and(|owner| owner.node != shared.node && live(owner));
+        // A node that stopped serving holds nothing that is the log any more.
         if !claimed_elsewhere
+            && !shared.stopping.load(Ordering::SeqCst)
             && shared
                 .volumes
                 .get()
@@ -424,6 +488,7 @@ pub(crate) type CloseVolume =
     Arc<dyn Fn(usize) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>> + Send + Sync>;
 
 /// What the task claiming and releasing this node's volumes works with.
+#[derive(Clone)]
 struct Parts {
     inc: u64,
     replicator: Arc<Replicator>,
@@ -503,11 +568,12 @@ async fn volume_count(etcd: &Etcd, key: &str, wanted: usize) -> Result<usize, Cl
     Ok(config.volumes)
 }
 
-/// Stops the process: this node may own nothing any more, and another may be taking its
-/// volumes. It comes back as a new incarnation.
-fn fail_stop(why: &str) -> ! {
-    log::error!("cluster: {why}; stopping (a new incarnation can join again)");
-    std::process::exit(EXIT_LEASE_LOST)
+/// What joining again after a detach found.
+enum Rejoined {
+    /// The node holds this lease again.
+    Lease(LeaseId),
+    /// Another node claimed this volume, which this node holds.
+    Claimed(usize),
 }
 
 /// How often a node reads the members and owners when its watch tells it nothing (a watch
@@ -517,6 +583,43 @@ fn tick(ttl: Duration) -> Duration {
 }
 
 impl Shared {
+    /// Stops serving for good (see [`StopReason`]): at once nothing is claimed, renewed or
+    /// served here any more; then the stream is stopped (it lands nothing more), every volume
+    /// held is closed, the lease is revoked (its keys go, so other nodes take the volumes at
+    /// once), and [`Cluster::stopped`] resolves. Only the first reason counts.
+    fn stop_serving(self: &Arc<Self>, reason: StopReason) {
+        if self.stopping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        log::error!(
+            "cluster: {reason}; this node stops serving (a new incarnation can join again)"
+        );
+        self.changed.notify_one();
+        let shared = self.clone();
+        self.runtime.spawn(async move {
+            if let Some(parts) = shared.parts.get() {
+                parts.replicator.stop(&reason.to_string());
+                let held = shared.held();
+                futures_util::future::join_all(
+                    held.iter().map(|&volume| (parts.close_volume)(volume)),
+                )
+                .await;
+            }
+            let lease = shared.lease.swap(0, Ordering::SeqCst);
+            if lease != 0
+                && let Err(err) = shared.etcd.revoke(lease).await
+            {
+                log::warn!("cluster: revoking the lease failed: {err}");
+            }
+            log::info!("cluster: stopped serving; the volumes held here are closed");
+            shared.stopped.send_replace(Some(reason));
+        });
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
     fn member_key(&self, node: &str) -> String {
         format!("{}members/{node}", self.prefix)
     }
@@ -567,8 +670,8 @@ impl Shared {
 
     /// Renews the lease a third of its TTL apart, on its own thread with `etcd`'s client of its
     /// own. A node whose stream another node sealed, or whose windows cannot land for a whole
-    /// TTL (cut off from the bucket), stops, the latter after revoking its lease so that nodes
-    /// that reach the bucket take its volumes at once (see [`fail_stop`]). A node that cannot
+    /// TTL (cut off from the bucket), stops serving, the latter after revoking its lease so that
+    /// nodes that reach the bucket take its volumes at once (see [`Shared::stop_serving`]). A node that cannot
     /// renew its lease (etcd is out of reach, or expired it) detaches instead: it keeps
     /// serving the volumes it holds, whose safety comes from the bucket's fences (a node that
     /// takes one seals this node's stream, which then lands nothing more and stops), takes and
@@ -585,11 +688,11 @@ impl Shared {
         let mut previous = 0;
         loop {
             tokio::time::sleep(self.ttl / 3).await;
-            if self.leaving.load(Ordering::SeqCst) {
+            if self.leaving.load(Ordering::SeqCst) || self.stopping() {
                 return;
             }
             if replica.fenced() {
-                fail_stop("another node sealed this node's stream");
+                return self.stop_serving(StopReason::Sealed);
             }
             let lease = self.lease.load(Ordering::SeqCst);
             if replicator
@@ -601,10 +704,16 @@ impl Shared {
                 {
                     log::warn!("cluster: revoking the lease failed: {err}");
                 }
-                fail_stop("this node's writes could not land in the bucket for its lease's TTL");
+                return self.stop_serving(StopReason::NotLanding);
             }
             if lease == 0 {
-                let rejoined = self.rejoin(&etcd, inc, previous).await;
+                let rejoined = match self.rejoin(&etcd, inc, previous).await {
+                    Ok(Rejoined::Lease(lease)) => Ok(lease),
+                    Ok(Rejoined::Claimed(volume)) => {
+                        return self.stop_serving(StopReason::ClaimedWhileDetached { volume });
+                    }
+                    Err(err) => Err(err),
+                };
                 self.renewing(rejoined.is_ok());
                 match rejoined {
                     Ok(lease) => {
@@ -659,11 +768,17 @@ impl Shared {
 
     /// Joins again after a detach: under lease `previous` when etcd still knows it (its keys
     /// are still there), else under a new lease, with this incarnation's member key and the
-    /// owner keys of the volumes it holds. A volume another node claimed meanwhile stops the
-    /// node (that node's take seals this node's stream). Answers the lease.
-    async fn rejoin(&self, etcd: &Etcd, inc: u64, previous: LeaseId) -> Result<LeaseId, EtcdError> {
+    /// owner keys of the volumes it holds. A volume another node claimed meanwhile is answered
+    /// instead, and the new lease revoked: the node must stop (that node's take seals this
+    /// node's stream).
+    async fn rejoin(
+        &self,
+        etcd: &Etcd,
+        inc: u64,
+        previous: LeaseId,
+    ) -> Result<Rejoined, EtcdError> {
         if previous != 0 && etcd.keep_alive(previous).await? {
-            return Ok(previous);
+            return Ok(Rejoined::Lease(previous));
         }
         let lease = etcd.grant(self.ttl).await?;
         let member = Member {
@@ -683,12 +798,13 @@ impl Shared {
             if found.iter().any(|kv| kv.key == key && kv.value != mine) {
                 // Its take seals this node's stream, if it has not yet: what this node holds
                 // of the volume is no longer the log.
-                fail_stop(&format!(
-                    "volume {volume} was claimed by another node while this node was detached"
-                ));
+                if let Err(err) = etcd.revoke(lease).await {
+                    log::warn!("cluster: revoking the lease failed: {err}");
+                }
+                return Ok(Rejoined::Claimed(volume));
             }
         }
-        Ok(lease)
+        Ok(Rejoined::Lease(lease))
     }
 
     /// Reads the members and owners, and stores them as this node's view. Answers when each
@@ -777,13 +893,13 @@ impl Shared {
     /// Reads the view whenever the keys change (and every [`tick`]), takes the volumes due to
     /// this node and, once every volume has an owner, hands the volumes it holds that fall to
     /// another node to that node, a few at a time, for ever.
-    async fn claim_forever(&self, parts: &Parts) {
+    async fn claim_forever(self: &Arc<Self>, parts: &Parts) {
         let mine = self.owner_value(parts.inc);
         // When each volume due here was first seen due: a takeover lasts from then.
         let mut due_since: BTreeMap<usize, Instant> = BTreeMap::new();
         // Nodes started together see one another before the first claims.
         tokio::time::sleep(tick(self.ttl) * 2).await;
-        while !self.leaving.load(Ordering::SeqCst) {
+        while !self.leaving.load(Ordering::SeqCst) && !self.stopping() {
             if let Err(err) = self.read_view().await {
                 log::warn!("cluster: reading the members and owners failed: {err}");
                 let _ = tokio::time::timeout(tick(self.ttl), self.changed.notified()).await;
@@ -824,7 +940,9 @@ impl Shared {
             }
             let due = self.due_to_release(&parts.volumes);
             if !due.is_empty() {
-                self.release(&due, &mine, parts).await;
+                if let Err(reason) = self.release(&due, &mine, parts).await {
+                    return self.stop_serving(reason);
+                }
                 continue;
             }
             let _ = tokio::time::timeout(tick(self.ttl), self.changed.notified()).await;
@@ -852,8 +970,14 @@ impl Shared {
     /// Hands `volumes` to the nodes they fall to, all at once: their requests are answered
     /// `503` with `Retry-After` meanwhile; their partitions stop and the volumes close; the
     /// replica ends this node's segment of each history once everything landed; then the
-    /// owner keys go, and the nodes they fall to claim them and take them without a seal.
-    async fn release(&self, volumes: &[usize], mine: &[u8], parts: &Parts) {
+    /// owner keys go, and the nodes they fall to claim them and take them without a seal. A
+    /// volume that could not be handed over is answered: this node must stop serving.
+    async fn release(
+        &self,
+        volumes: &[usize],
+        mine: &[u8],
+        parts: &Parts,
+    ) -> Result<(), StopReason> {
         volumes.clone_into(&mut write_lock(&self.releasing));
         let started = Instant::now();
         futures_util::future::join_all(volumes.iter().map(|&volume| (parts.close_volume)(volume)))
@@ -871,6 +995,7 @@ impl Shared {
             (volume, outcome)
         }))
         .await;
+        write_lock(&self.releasing).clear();
         for (volume, outcome) in released {
             match outcome {
                 Ok(()) => {
@@ -879,14 +1004,14 @@ impl Shared {
                 // The volume is closed here and its history may be ended: this node cannot
                 // serve it again as it is. A new incarnation takes it back, or another node
                 // does.
-                Err(err) => fail_stop(&format!("releasing volume {volume} failed: {err}")),
+                Err(reason) => return Err(StopReason::ReleaseFailed { volume, reason }),
             }
         }
         log::info!(
             "cluster: released volumes {volumes:?} in {:?}",
             started.elapsed()
         );
-        write_lock(&self.releasing).clear();
+        Ok(())
     }
 
     /// Whether `key` holds `mine`.

@@ -25,8 +25,8 @@ pub use crate::registry::PartitionCounters;
 /// reach into [`store`](crate::store).
 pub use crate::store::{
     AppendOutcome, AppendRejection, Bounds, ColdFlushCounters, GroupPosition, Lease, LeaseRow,
-    LeaseState, MAX_KEY_BYTES, NewRecord, Page, Record, ReplicaCounters, ScrubCounters,
-    StoreError, unsigned_offset,
+    LeaseState, MAX_KEY_BYTES, NewRecord, Page, Record, ReplicaCounters, ScrubCounters, StoreError,
+    unsigned_offset,
 };
 pub use builder::LogBuilder;
 pub use operations::{
@@ -327,6 +327,19 @@ impl Log {
     /// This node's part in a cluster (`[cluster]`), if it is in one.
     pub fn cluster(&self) -> Option<&Cluster> {
         self.inner.cluster.as_ref()
+    }
+
+    /// Resolves once this node has stopped serving for good (see
+    /// [`StopReason`](crate::cluster::StopReason)): it may own nothing any more, so its
+    /// partitions are closed here and requests go to their new owners. Never resolves for a
+    /// node outside a cluster. The library never ends its host: the application decides what
+    /// follows (the server exits with
+    /// [`EXIT_LEASE_LOST`](crate::cluster::EXIT_LEASE_LOST)).
+    pub async fn stopped(&self) -> crate::cluster::StopReason {
+        match &self.inner.cluster {
+            Some(cluster) => cluster.stopped().await,
+            None => std::future::pending().await,
+        }
     }
 
     /// The counts of partitions opened and closed since the log opened, and of requests

@@ -31,7 +31,8 @@ use crate::cold::S3Settings;
 use crate::cold::s3::{ObjectError, Objects, Put};
 use crate::config::{MAX_PUTS_IN_FLIGHT, ReplicationSettings};
 use crate::store::{
-    Landed, LocalCopy, OnLanded, Position, ReplicaCounters, StoreError, Stream, Volume, lock,
+    Landed, LocalCopy, OnLanded, Position, ReplicaCounters, StoreError, Stream, StreamError,
+    Volume, lock,
 };
 use format::{Batch, Keys, Manifest, Window, is_fence};
 
@@ -55,6 +56,9 @@ pub enum ReplicaError {
     /// What the bucket holds does not allow it.
     #[error("{0}")]
     Refused(String),
+    /// This node's stream lands nothing more.
+    #[error("the replica's stream: {0}")]
+    Stream(#[from] StreamError),
     /// The volume's history changed while it was read (its owner snapshotted and collected
     /// what it named): read it again.
     #[error("the volume's history changed while it was read: {0}")]
@@ -109,6 +113,8 @@ struct Outbox {
     windows: std::sync::Mutex<Windows>,
     /// Told of every submission, and when the stream closes.
     submitted: tokio::sync::Notify,
+    /// Told when the node asks the stream to stop ([`Replicator::stop`]).
+    halted: tokio::sync::Notify,
 }
 
 #[derive(Default)]
@@ -117,9 +123,12 @@ struct Windows {
     /// The seq of the next window to open.
     next_seq: u64,
     /// Why the stream lands nothing more: another node sealed it, or it closed.
-    stopped: Option<String>,
+    stopped: Option<StreamError>,
     /// No more submissions come: store what is queued, then stop.
     closed: bool,
+    /// The node asked the stream to stop storing at once, for this reason: taken by the
+    /// writer, which answers every window queued or being stored.
+    halt: Option<StreamError>,
 }
 
 /// A node incarnation's stream, after its volumes were taken: stores windows in seq order, on
@@ -138,7 +147,7 @@ pub(crate) struct Replicator {
 
 impl Drop for Replicator {
     fn drop(&mut self) {
-        crate::store::lock(&self.outbox.windows).closed = true;
+        lock(&self.outbox.windows).closed = true;
         self.outbox.submitted.notify_one();
     }
 }
@@ -273,6 +282,23 @@ impl Replicator {
         lock(&self.outbox.windows).stopped.is_some()
     }
 
+    /// Lands nothing more (the node stops serving): every later submission is refused, and
+    /// the stream's writer stops storing and answers `reason` to every window queued or being
+    /// stored (one being stored may still land: its writes were answered unavailable, not
+    /// refused).
+    pub(crate) fn stop(&self, reason: &str) {
+        let reason = StreamError::Stopped {
+            reason: reason.to_owned(),
+        };
+        {
+            let mut windows = lock(&self.outbox.windows);
+            windows.stopped.get_or_insert_with(|| reason.clone());
+            windows.halt = Some(reason);
+        }
+        self.outbox.halted.notify_one();
+        self.outbox.submitted.notify_one();
+    }
+
     /// The volumes found damaged from now on, each sent once as it is found, for their
     /// rebuild ([`Replicator::rebuild`]).
     pub(crate) fn heal_requests(&self) -> tokio::sync::mpsc::UnboundedReceiver<usize> {
@@ -337,7 +363,7 @@ impl Replicator {
             // A sealed stream lands nothing more: a volume taken on it could take no write,
             // and its history would name a segment past the seal.
             if let Some(reason) = &windows.stopped {
-                return Err(ReplicaError::Refused(reason.clone()));
+                return Err(ReplicaError::Stream(reason.clone()));
             }
             windows
                 .queue
@@ -594,7 +620,7 @@ impl Stream for Replicator {
         volume: usize,
         redo: Arc<[u8]>,
         on_landed: OnLanded,
-    ) -> Result<Position, String> {
+    ) -> Result<Position, StreamError> {
         let mut windows = lock(&self.outbox.windows);
         if let Some(reason) = &windows.stopped {
             return Err(reason.clone());
@@ -712,6 +738,10 @@ impl StreamWriter {
     async fn run(self) {
         let mut storing: VecDeque<Storing> = VecDeque::new();
         loop {
+            let halt = lock(&self.outbox.windows).halt.take();
+            if let Some(reason) = halt {
+                self.stop(&reason, storing.drain(..));
+            }
             let mut wait = Some(None);
             while storing.len() < self.max_puts_in_flight {
                 match self.next_step() {
@@ -741,8 +771,11 @@ impl StreamWriter {
             let until = wait.flatten();
             let landed = tokio::select! {
                 landed = &mut front.landed => landed
-                    .unwrap_or_else(|err| Err(format!("storing a window failed: {err}"))),
+                    .unwrap_or_else(|err| Err(StreamError::Stopped {
+                        reason: format!("storing a window failed: {err}"),
+                    })),
                 () = self.wait_for_submissions(until), if more => continue,
+                () = self.outbox.halted.notified() => continue,
             };
             let stored = storing.pop_front().expect("a window is being stored");
             if let Err(reason) = &landed {
@@ -858,10 +891,10 @@ impl StreamWriter {
 
     /// Stops the stream for good: every window queued or being stored (`storing`) is
     /// answered `reason`, and so is every later submission.
-    fn stop(&self, reason: &str, storing: impl Iterator<Item = Storing>) {
+    fn stop(&self, reason: &StreamError, storing: impl Iterator<Item = Storing>) {
         let queued: Vec<OpenWindow> = {
             let mut windows = lock(&self.outbox.windows);
-            windows.stopped = Some(reason.to_owned());
+            windows.stopped.get_or_insert_with(|| reason.clone());
             windows.queue.drain(..).collect()
         };
         let storing = storing.flat_map(|window| {
@@ -873,7 +906,7 @@ impl StreamWriter {
             .flat_map(|window| window.submissions)
             .chain(storing)
         {
-            (submission.on_landed)(Err(reason.to_owned()));
+            (submission.on_landed)(Err(reason.clone()));
         }
     }
 }
@@ -907,12 +940,9 @@ async fn store(node: Arc<Node>, at: Position, bytes: Arc<[u8]>) -> Landed {
                 Ok(Some((found, _))) if found[..] == bytes[..] => break,
                 Ok(Some((found, _))) => {
                     let reason = if is_fence(&found) {
-                        format!(
-                            "another node took this node's volumes (its stream is sealed at \
-                             {key}); this node accepts no more writes"
-                        )
+                        StreamError::Sealed { key }
                     } else {
-                        format!("{key} holds another writer's window")
+                        StreamError::Usurped { key }
                     };
                     log::error!("replica: {reason}");
                     node.counters.fenced.store(true, Ordering::Relaxed);

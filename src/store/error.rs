@@ -99,11 +99,8 @@ pub enum StoreError {
     /// The write did not land in the replica's stream (see `replication.rs`): its answer did
     /// not come in time (it may still land; the volume refuses writes until that is known),
     /// or another owner fenced the stream (it never will, and the volume refuses writes).
-    #[error("{reason}")]
-    Replica {
-        /// What the stream answered.
-        reason: String,
-    },
+    #[error(transparent)]
+    Replica(#[from] super::StreamError),
 }
 
 impl StoreError {
@@ -116,7 +113,7 @@ impl StoreError {
             | Self::Thread(_)
             | Self::SchemaTooNew { .. }
             | Self::Cold(_)
-            | Self::Replica { .. }
+            | Self::Replica(_)
             | Self::Healing { .. } => ErrorCode::Unavailable,
             Self::Elsewhere { .. } => ErrorCode::NotOwner,
             Self::InvalidOffset { .. } | Self::NegativeOffset { .. } => ErrorCode::InvalidOffset,
@@ -139,6 +136,6 @@ impl StoreError {
     /// reopen: every uncertain error but a replica's, whose transaction rolled back whole (the
     /// volume settles its landing itself, see `replication.rs`).
     pub(super) fn poisons(&self) -> bool {
-        self.is_uncertain() && !matches!(self, Self::Replica { .. })
+        self.is_uncertain() && !matches!(self, Self::Replica(_))
     }
 }

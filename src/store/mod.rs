@@ -28,8 +28,8 @@ mod volume;
 mod volumes;
 
 use std::path::Path;
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 pub(crate) use crate::sync::{lock, read_lock, write_lock};
 
@@ -45,7 +45,7 @@ pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record, check_offset, page_limit, unsigned_offset};
 pub use replication::{
-    Landed, LocalCopy, OnLanded, Position, ReplicaCounters, Stream, VolumeReplica,
+    Landed, LocalCopy, OnLanded, Position, ReplicaCounters, Stream, StreamError, VolumeReplica,
 };
 pub use retention::{ColdFlushCounters, ColdTier};
 pub use scrub::ScrubCounters;

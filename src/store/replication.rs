@@ -40,9 +40,60 @@ pub struct Position {
     pub seq: u64,
 }
 
+/// Why a volume's changes did not land in the stream, or will not.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StreamError {
+    /// Another node took this node's volumes and sealed its stream with a fence at `key`: the
+    /// stream lands nothing more.
+    #[error(
+        "another node took this node's volumes (its stream is sealed at {key}); this node \
+         accepts no more writes"
+    )]
+    Sealed {
+        /// The fence's key in the bucket.
+        key: String,
+    },
+    /// A window's key holds another writer's window: two processes write one stream.
+    #[error("{key} holds another writer's window")]
+    Usurped {
+        /// The window's key in the bucket.
+        key: String,
+    },
+    /// The stream stopped: the node stops serving, or the stream's thread ended.
+    #[error("the replica's stream stopped: {reason}")]
+    Stopped {
+        /// Why.
+        reason: String,
+    },
+    /// The landing's answer did not come within `replication.put_retry_ms`: the write may still
+    /// land, and the volume's writes wait until that is known.
+    #[error(
+        "the replica's stream did not answer in time (replication.put_retry_ms); the write may \
+         still land, and writes wait until that is known"
+    )]
+    NotInTime,
+    /// An earlier write's landing is not known yet: the volume takes no write before it is.
+    #[error("a write's landing in the replica's stream is not known yet")]
+    Unsettled,
+    /// The volume reloaded its file before the write's landing was answered: the write may
+    /// have landed.
+    #[error("the volume reloaded before the write's answer")]
+    Reloaded,
+}
+
+impl StreamError {
+    /// Whether the stream lands nothing more: the volume refuses writes for good.
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            Self::Sealed { .. } | Self::Usurped { .. } | Self::Stopped { .. }
+        )
+    }
+}
+
 /// The outcome of a landing, once known: where it landed, or why it never will (the stream is
 /// fenced by another owner, or stopped).
-pub type Landed = Result<Position, String>;
+pub type Landed = Result<Position, StreamError>;
 
 /// Where a landing's outcome goes: called once, on the stream's thread.
 pub type OnLanded = Box<dyn FnOnce(Landed) + Send>;
@@ -61,7 +112,7 @@ pub trait Stream: Send + Sync {
         volume: usize,
         redo: Arc<[u8]>,
         on_landed: OnLanded,
-    ) -> Result<Position, String>;
+    ) -> Result<Position, StreamError>;
 
     /// How long a write waits for its landing before its callers are answered unavailable.
     fn put_retry(&self) -> Duration;
@@ -163,7 +214,9 @@ impl Submitted {
             };
             self.known = match received {
                 Ok(landed) => Some(landed),
-                Err(true) => Some(Err("the replica's stream stopped".into())),
+                Err(true) => Some(Err(StreamError::Stopped {
+                    reason: "its thread ended".into(),
+                })),
                 Err(false) => None,
             };
         }
@@ -201,16 +254,6 @@ impl PendingLanding {
         }
     }
 }
-
-pub(super) fn unavailable(reason: impl Into<String>) -> StoreError {
-    StoreError::Replica {
-        reason: reason.into(),
-    }
-}
-
-/// What callers of a write that did not land in time are told.
-pub(super) const NOT_LANDED_IN_TIME: &str = "the replica's stream did not answer in time \
-     (replication.put_retry_ms); the write may still land, and writes wait until that is known";
 
 /// Records in `tx` that the file holds every window through `position`.
 fn record_position(tx: &Transaction<'_>, position: &Position) -> Result<(), StoreError> {
@@ -297,18 +340,22 @@ impl Shared {
             Some(Err(reason)) => Err(self.fence(reason)),
             None => {
                 *lock(&self.pending) = Some(PendingLanding::to_apply(submitted));
-                Err(unavailable(NOT_LANDED_IN_TIME))
+                Err(StreamError::NotInTime.into())
             }
         }
     }
 
-    /// Refuses writes for good: the stream answered `reason` (fenced by another owner).
-    pub(super) fn fence(&self, reason: String) -> StoreError {
+    /// Refuses writes for good when the stream answered a final `reason` (fenced by another
+    /// owner, or stopped); answers the error for the write.
+    pub(super) fn fence(&self, reason: StreamError) -> StoreError {
+        if !reason.is_final() {
+            return reason.into();
+        }
         let reason = self.fenced.get_or_init(|| {
             log::error!("{}: refusing writes: {reason}", self.path.display());
             reason
         });
-        unavailable(reason.clone())
+        reason.clone().into()
     }
 
     /// Settles what waits for the stream before any other write of the volume: publishes the
@@ -323,7 +370,7 @@ impl Shared {
         // answers every window it will not store).
         self.settle_in_flight(writer)?;
         if let Some(reason) = self.fenced.get() {
-            return Err(unavailable(reason.clone()));
+            return Err(reason.clone().into());
         }
         // Taken out of its lock: the recovery below runs the write doors again.
         let Some(mut landing) = lock(&self.pending).take() else {
@@ -342,9 +389,7 @@ impl Shared {
             Some(Err(reason)) => Err(self.fence(reason)),
             _ => {
                 *lock(&self.pending) = Some(landing);
-                Err(unavailable(
-                    "a write's landing in the replica's stream is not known yet",
-                ))
+                Err(StreamError::Unsettled.into())
             }
         }
     }

@@ -11,6 +11,7 @@ mod config;
 mod crash;
 mod damage;
 mod density;
+mod embedded_cluster;
 mod fuzz;
 mod http;
 mod http_errors;

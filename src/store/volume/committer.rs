@@ -25,7 +25,7 @@ use super::{INDEX_EVERY_ROWS, Shared, Writer};
 use crate::store::batch::{AppendOutcome, NewRecord, record_checksum};
 use crate::store::commit_queue::{AppendRequest, Next};
 use crate::store::due::store_due_at;
-use crate::store::replication::{NOT_LANDED_IN_TIME, PendingLanding, Submitted, unavailable};
+use crate::store::replication::{PendingLanding, StreamError, Submitted};
 use crate::store::tail::{Due, PartitionTail, Tail};
 use crate::store::{StoreError, lock};
 
@@ -143,7 +143,7 @@ impl InFlight {
     }
 
     /// Whether its outcome is known, and how it ended; `None` when not yet.
-    fn landed(&mut self) -> Option<Result<(), String>> {
+    fn landed(&mut self) -> Option<Result<(), StreamError>> {
         match &mut self.landing {
             None => Some(Ok(())),
             Some(landing) => landing.outcome(None).map(|landed| landed.clone().map(drop)),
@@ -440,7 +440,7 @@ impl Shared {
                         .in_flight
                         .back_mut()
                         .and_then(|group| group.landing.take());
-                    self.fail_in_flight(writer, NOT_LANDED_IN_TIME);
+                    self.fail_in_flight(writer, &StreamError::NotInTime);
                     let mut pending = lock(&self.pending);
                     // A landing pending already is newer: its outcome tells this one's too.
                     if pending.is_none()
@@ -448,7 +448,7 @@ impl Shared {
                     {
                         *pending = Some(PendingLanding::committed(newest));
                     }
-                    return Err(unavailable(NOT_LANDED_IN_TIME));
+                    return Err(StreamError::NotInTime.into());
                 }
                 None => return Ok(()),
             }
@@ -473,10 +473,10 @@ impl Shared {
 
     /// Answers every caller in flight with a failure (`reason`); what their groups bring to
     /// memory is dropped (the volume reloads it from the file once their landing is known).
-    pub(in crate::store) fn fail_in_flight(&self, writer: &mut Writer, reason: &str) {
+    pub(in crate::store) fn fail_in_flight(&self, writer: &mut Writer, reason: &StreamError) {
         for group in writer.in_flight.drain(..) {
             for request in group.group {
-                (request.reply)(Err(unavailable(reason)));
+                (request.reply)(Err(reason.clone().into()));
             }
         }
     }
@@ -816,7 +816,12 @@ mod replicated {
     }
 
     impl Stream for HeldStream {
-        fn submit(&self, _: usize, _: Arc<[u8]>, on_landed: OnLanded) -> Result<Position, String> {
+        fn submit(
+            &self,
+            _: usize,
+            _: Arc<[u8]>,
+            on_landed: OnLanded,
+        ) -> Result<Position, StreamError> {
             let seq = self.next_seq.fetch_add(1, Ordering::SeqCst) + 1;
             lock(&self.submitted).push((seq, on_landed));
             if !self.hold.load(Ordering::SeqCst) {
@@ -840,7 +845,7 @@ mod replicated {
 
     impl HeldStream {
         /// Answers every submission so far: landed, or `refused` with that reason.
-        fn answer_all(&self, refused: Option<&str>) {
+        fn answer_all(&self, refused: Option<&StreamError>) {
             let submitted = std::mem::take(&mut *lock(&self.submitted));
             for (seq, on_landed) in submitted {
                 let landed: Landed = match refused {
@@ -849,7 +854,7 @@ mod replicated {
                         inc: 1,
                         seq,
                     }),
-                    Some(reason) => Err(reason.to_owned()),
+                    Some(reason) => Err(reason.clone()),
                 };
                 on_landed(landed);
             }
@@ -1024,13 +1029,13 @@ mod replicated {
         commit(&fixture.volume, vec![late]);
         assert!(matches!(
             late_answer.recv().unwrap(),
-            Err(StoreError::Replica { .. })
+            Err(StoreError::Replica(StreamError::NotInTime))
         ));
         let (refused, refused_answer, _) = share(&orders, vec![NewRecord::new("2")]);
         commit(&fixture.volume, vec![refused]);
         assert!(matches!(
             refused_answer.recv().unwrap(),
-            Err(StoreError::Replica { .. })
+            Err(StoreError::Replica(StreamError::Unsettled))
         ));
         assert_eq!(stored_records(&fixture.volume), 1);
 
@@ -1054,10 +1059,13 @@ mod replicated {
         let (second, second_answer, _) = share(&orders, vec![NewRecord::new("2")]);
         commit(&fixture.volume, vec![second]);
 
-        fixture.stream.answer_all(Some("fenced by another node"));
+        let sealed = StreamError::Sealed {
+            key: "replica/wal/b/1/fence".into(),
+        };
+        fixture.stream.answer_all(Some(&sealed));
         for answer in [first_answer, second_answer] {
             match answer.recv().unwrap() {
-                Err(StoreError::Replica { reason }) => assert!(reason.contains("fenced")),
+                Err(StoreError::Replica(reason)) => assert_eq!(reason, sealed),
                 other => panic!("{other:?}"),
             }
         }
@@ -1066,7 +1074,7 @@ mod replicated {
         commit(&fixture.volume, vec![later]);
         assert!(matches!(
             later_answer.recv().unwrap(),
-            Err(StoreError::Replica { .. })
+            Err(StoreError::Replica(StreamError::Sealed { .. }))
         ));
     }
 }

@@ -57,7 +57,7 @@ mod scrub;
 
 use super::commit_queue::{AppendRequest, CommitQueue};
 use super::damage::{self, DamageKind};
-use super::replication::{PendingLanding, VolumeReplica};
+use super::replication::{PendingLanding, StreamError, VolumeReplica};
 use super::tail::{Due, Tail};
 use super::{StoreError, SyncMode, lock, schema};
 use health::{Damage, high_water_path, read_high_water};
@@ -129,7 +129,7 @@ pub(super) struct Shared {
     /// A landing whose outcome was not known in time; taken under the writer lock.
     pub(super) pending: Mutex<Option<PendingLanding>>,
     /// Why the volume refuses writes for good: its stream was fenced by another owner.
-    pub(super) fenced: std::sync::OnceLock<String>,
+    pub(super) fenced: std::sync::OnceLock<StreamError>,
 }
 
 /// Held while a partition trims or removes unindexed uploads.
@@ -577,7 +577,7 @@ impl Shared {
     /// refusing writes; reopening them loads their log's end anew.
     pub(super) fn recover(&self, writer: &mut Writer) -> Result<(), StoreError> {
         // What memory would take from them is reloaded from the file instead.
-        self.fail_in_flight(writer, "the volume reloaded before the write's answer");
+        self.fail_in_flight(writer, &StreamError::Reloaded);
         writer.conn = open_writer(&self.path, self.sync)?;
         self.capture(&writer.conn)?;
         writer.load_positions()?;
