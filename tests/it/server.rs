@@ -52,23 +52,10 @@ impl ServerProcess {
 
     /// Sends `request` and returns the status code and body of the answer.
     fn request(&self, request: &str) -> (u16, String) {
-        let mut stream = TcpStream::connect(&self.address).unwrap();
-        stream
-            .set_read_timeout(Some(Duration::from_secs(10)))
-            .unwrap();
-        stream.write_all(request.as_bytes()).unwrap();
-        let mut response = String::new();
-        stream.read_to_string(&mut response).unwrap();
-        let status = response
-            .split(' ')
-            .nth(1)
-            .and_then(|code| code.parse().ok())
-            .unwrap_or(0);
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, body)| body.to_owned())
-            .unwrap_or_default();
-        (status, body)
+        let addr = self.address.parse().expect("a socket address");
+        let (status, _, body) = crate::common::process::exchange(addr, request)
+            .unwrap_or_else(|err| panic!("an exchange with the server: {err}"));
+        (status, String::from_utf8_lossy(&body).into_owned())
     }
 
     /// Sends SIGTERM and waits (bounded) for the exit status.

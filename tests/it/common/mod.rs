@@ -403,34 +403,12 @@ impl TestServer {
     }
 }
 
-/// Sends one request on a fresh connection and reads the whole answer.
+/// Sends `request`, a whole HTTP/1.1 request, on a fresh connection (see
+/// [`process::exchange`]): the status, and the body as JSON (a string when it is not JSON,
+/// `Null` when empty). Panics when the exchange fails.
 pub fn http_exchange(addr: std::net::SocketAddr, request: &str) -> (u16, serde_json::Value) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr).expect("connect to the test server");
-    stream
-        .set_read_timeout(Some(std::time::Duration::from_secs(60)))
-        .expect("read timeout");
-    stream.write_all(request.as_bytes()).expect("send");
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).expect("receive");
-    let split = response
-        .windows(4)
-        .position(|window| window == b"\r\n\r\n")
-        .expect("a complete HTTP head");
-    let head = String::from_utf8_lossy(&response[..split]).into_owned();
-    let mut body = response[split + 4..].to_vec();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .expect("a status line");
-    let chunked = head.lines().any(|line| {
-        let line = line.to_ascii_lowercase();
-        line.starts_with("transfer-encoding:") && line.contains("chunked")
-    });
-    if chunked {
-        body = dechunk(&body);
-    }
+    let (status, _, body) = process::exchange(addr, request)
+        .unwrap_or_else(|err| panic!("an exchange with the test server: {err}"));
     let value = if body.iter().all(u8::is_ascii_whitespace) {
         serde_json::Value::Null
     } else {
@@ -439,24 +417,6 @@ pub fn http_exchange(addr: std::net::SocketAddr, request: &str) -> (u16, serde_j
         })
     };
     (status, value)
-}
-
-/// Decodes a chunked body.
-fn dechunk(mut data: &[u8]) -> Vec<u8> {
-    let mut body = Vec::new();
-    while let Some(end) = data.windows(2).position(|window| window == b"\r\n") {
-        let size = std::str::from_utf8(&data[..end])
-            .ok()
-            .and_then(|line| usize::from_str_radix(line.split(';').next()?.trim(), 16).ok())
-            .unwrap_or(0);
-        if size == 0 {
-            break;
-        }
-        let start = end + 2;
-        body.extend_from_slice(&data[start..start + size]);
-        data = &data[(start + size + 2).min(data.len())..];
-    }
-    body
 }
 
 /// Every file and folder under `dir`, recursively (to check that a refused request created

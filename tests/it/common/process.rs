@@ -21,8 +21,9 @@ use serde_json::Value;
 const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long [`request`] waits for a connection.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long [`request`] waits on each read and write of the exchange.
-const IO_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long [`exchange`] waits on each read and write: past the longest long-poll
+/// (`MAX_WAIT_MS`, 30 s) and a loaded machine's answer.
+const IO_TIMEOUT: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------------------------------------
 // The server process
@@ -208,6 +209,18 @@ pub fn request_with_head(
     }
     text.push_str("\r\n");
     text.push_str(&body);
+    let (status, head, body) = exchange(addr, &text)?;
+    let value = if body.iter().all(u8::is_ascii_whitespace) {
+        Value::Null
+    } else {
+        serde_json::from_slice(&body).map_err(|err| format!("body is not JSON: {err}"))?
+    };
+    Ok((status, head, value))
+}
+
+/// Sends `request`, a whole HTTP/1.1 request, on a fresh connection and reads the whole
+/// answer: its status, lowercased head and body. The one raw client of the tests.
+pub fn exchange(addr: SocketAddr, request: &str) -> Result<(u16, String, Vec<u8>), String> {
     let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
         .map_err(|err| format!("connect: {err}"))?;
     stream
@@ -215,7 +228,7 @@ pub fn request_with_head(
         .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
         .map_err(|err| format!("socket options: {err}"))?;
     stream
-        .write_all(text.as_bytes())
+        .write_all(request.as_bytes())
         .map_err(|err| format!("send: {err}"))?;
     let mut response = Vec::new();
     stream
@@ -224,9 +237,9 @@ pub fn request_with_head(
     parse_response(&response)
 }
 
-/// The status, lowercased head and JSON body of a whole HTTP/1.1 answer (chunked or with a
+/// The status, lowercased head and body of a whole HTTP/1.1 answer (chunked or with a
 /// `Content-Length`).
-fn parse_response(response: &[u8]) -> Result<(u16, String, Value), String> {
+fn parse_response(response: &[u8]) -> Result<(u16, String, Vec<u8>), String> {
     let split = find(response, b"\r\n\r\n").ok_or("no complete HTTP head")?;
     let head = String::from_utf8_lossy(&response[..split]).to_ascii_lowercase();
     let mut body = response[split + 4..].to_vec();
@@ -244,12 +257,7 @@ fn parse_response(response: &[u8]) -> Result<(u16, String, Value), String> {
         }
         body.truncate(length);
     }
-    let value = if body.iter().all(u8::is_ascii_whitespace) {
-        Value::Null
-    } else {
-        serde_json::from_slice(&body).map_err(|err| format!("body is not JSON: {err}"))?
-    };
-    Ok((status, head, value))
+    Ok((status, head, body))
 }
 
 /// The value of header `name` (lowercase) in a lowercased HTTP head.
