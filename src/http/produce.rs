@@ -12,8 +12,8 @@ use super::request::{Object, json_body, partition};
 use super::spread::Spread;
 use super::{ApiError, HttpState};
 use crate::load::LoadSnapshot;
-use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
 use crate::log::MAX_KEY_BYTES;
+use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
 
 /// One event of `POST /topics/{topic}/records`.
 #[derive(Deserialize, ToSchema)]

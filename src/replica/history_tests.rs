@@ -44,8 +44,8 @@ use super::format::{Keys, Manifest, Window, is_fence};
 use crate::cold::s3::Objects;
 use crate::cold::s3::memory::{Answer, Call, Fault, Faults, MemoryBucket};
 use crate::config::{ReplicationKind, ReplicationSettings};
-use crate::sync::lock;
 use crate::store::{LocalCopy, Position, Volume};
+use crate::sync::lock;
 
 /// The nodes of a schedule; a fresh node of another name takes every volume at its end.
 const NODES: [&str; 3] = ["a", "b", "c"];

@@ -63,8 +63,8 @@ use prometheus::{
 use crate::cluster::Cluster;
 use crate::log::ColdFlushCounters;
 use crate::log::{GroupPosition, LeaseState, Log, PartitionCounters};
-use crate::names::PartitionId;
 use crate::log::{ReplicaCounters, ScrubCounters};
+use crate::names::PartitionId;
 use crate::sync::lock;
 
 /// The server's metrics. Cheap to clone; every clone counts into the same registry, so one
