@@ -4,16 +4,20 @@
 //! deduplication keys); consumers read from their own cursors and commit forward. Each
 //! partition is an actor, the single writer of its log; the partitions of a node share a fixed
 //! set of SQLite databases in WAL mode ([`Volume`](store::Volume)s), each with one committer
-//! thread that commits the appends of all its partitions together.
+//! that commits the appends of all its partitions together, the committers of all volumes
+//! running on one small pool of threads. A node may replicate every write to a bucket before
+//! answering it, and several nodes may share the volumes as a cluster.
 //!
 //! # Layout
 //!
 //! ```text
-//! http (REST) ──────────┐     cached address
+//! http (REST) ──────────┐     cached address / shortcut
 //! embedding application ┴─> Log ──────────────────┐
 //!                            │ PartitionRegistry ─┴─> PartitionActor ─> LogStore ─> Volume
-//!                            │   (on a miss: opens)          │                └─> ColdStore
-//!                            └─<─ DeadLetter <─ exhausted ───┘
+//!                            │   (on a miss: opens)          │                │      │ committer
+//!                            └─<─ DeadLetter <─ exhausted ───┘                │      │ (pool)
+//!                                                                 ColdStore <─┘      v
+//!                     Cluster (etcd: who owns which volume) ──> Replicator ──> bucket
 //! ```
 //!
 //! In data-flow order:
@@ -32,25 +36,44 @@
 //!   message, keeps at most `partitions.max_open` open (closing the least recently used idle
 //!   one, or answering [`Error::Overloaded`]), closes idle ones, and restarts one whose store
 //!   failed. Its one timer starts the retention `sweep` (internal), which asks each volume for
-//!   the partitions whose retention is due (an index range) and runs it, a few at a time.
+//!   the partitions whose retention is due (an index range) and runs it, a few at a time:
+//!   mostly partitions that are not open, since an open one runs its own when due (the sweep
+//!   retries its failed runs).
 //! - [`partition`]: [`PartitionActor`](partition::PartitionActor), one per open partition, owning
 //!   no thread: one typed message per operation, group commit through its volume's committer,
-//!   other blocking work on a fixed pool of workers, and an idleness timer.
+//!   other blocking work on a fixed pool of workers; [`Log`]'s appends and hot reads go around
+//!   the actor through its shortcut (`shortcut.rs`), saving two thread switches; and one
+//!   `run_interval` tick that checks for idleness and is its retention alarm (it runs
+//!   retention once the due time the store keeps in memory has passed; never two runs of one
+//!   partition at once).
 //! - [`store`]: [`LogStore`], every rule of one partition's log over its share of a
-//!   [`Volume`](store::Volume) (one SQLite database of many partitions, with one committer
-//!   thread and a background index): append (with group commit across partitions), read
+//!   [`Volume`](store::Volume) (one SQLite database of many partitions, with one committer,
+//!   run on the node's [`CommitterPool`](store::CommitterPool), and a background index):
+//!   append (with group commit across partitions), read
 //!   (transparently from cold segments below the hot window), commit, cursors, bounds, backlog,
 //!   retention (`trim`), `forget_cold_before`, and leases. Its `Volumes` (internal) opens the
 //!   volumes of the data folder and finds the one holding a partition; its `scrub` (internal)
 //!   checks every volume in the background, at a bounded pace, for damage nobody reads.
+//! - `replica` (internal): replication to a bucket. A node's `Replicator` claims an
+//!   incarnation, takes volumes (replaying their history, sealing a previous owner's stream)
+//!   and stores every write's changes in its stream before the write is answered; its
+//!   maintenance snapshots volumes and collects what no history needs.
+//! - [`cluster`]: several nodes over one bucket. [`Cluster`](cluster::Cluster) keeps this
+//!   node's etcd lease, claims and hands over volumes (rendezvous hashing, [`cluster::placement`])
+//!   and tells where each volume is served; a node that may own nothing any more stops serving
+//!   and says why ([`Log::stopped`], [`cluster::StopReason`]), and the application decides
+//!   what follows. Requests for a partition another node holds are proxied to it by [`http`]
+//!   (`forward.rs`), and fanned out over every node for group-wide and topic-wide ones
+//!   (`spread.rs`).
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
 //!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
 //! - [`routing`]: the partitioning function (the original's FNV-1a), which picks an event's
 //!   partition.
 //! - [`load`]: load snapshots (appends in flight and completed, backlog).
 //! - [`names`], [`clock`], [`config`], [`error`]: naming rules, time, settings (the embedded
-//!   `config/default.toml` overlaid by a file and the environment) and the umbrella [`Error`]
-//!   with stable [`Error::code`] strings.
+//!   `config/default.toml` overlaid by a file and the environment, a file per section) and the
+//!   umbrella [`Error`] with stable [`Error::code`] strings; `sync` (internal) the one rule for
+//!   taking a lock.
 //!
 //! One append's path through these layers, with each thread hand-off and the two group-commit
 //! queues it crosses (its partition's, then its volume's), is told once in

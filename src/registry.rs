@@ -5,11 +5,12 @@
 //! nothing in memory grows with the partitions that are not open. Only a write adds a
 //! partition; a read of a partition never written answers `None` and creates nothing. A known
 //! partition is opened on its first message, or when the retention sweep finds its retention
-//! due (see [`crate::sweep`]). At most `partitions.max_open` are open: opening one more first
-//! closes the least recently used one with nothing in flight, or, when all are busy, answers
-//! [`Error::Overloaded`]. A partition idle for `idle_stop_ms` is drained and stopped. A closing
-//! partition is not opened again before its drain finished, so a partition never has two
-//! writers.
+//! due (see [`crate::sweep`]): an open partition runs its own retention when due, on its
+//! tick's alarm, and the sweep covers the partitions that are not open. At most
+//! `partitions.max_open` are open: opening one more first closes the least recently used one
+//! with nothing in flight, or, when all are busy, answers [`Error::Overloaded`]. A partition
+//! idle for `idle_stop_ms` is drained and stopped. A closing partition is not opened again
+//! before its drain finished, so a partition never has two writers.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -29,12 +30,12 @@ use crate::config::Config;
 use crate::error::Error;
 use crate::names::PartitionId;
 use crate::partition::{
-    DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, RunRetention, Shortcut,
-    Usage, Workers,
+    DeadLetter, Drain, PartitionActor, PartitionIdle, PartitionSetup, RetentionRuns, RunRetention,
+    Shortcut, Usage, Workers,
 };
 use crate::store::{ColdFlushCounters, ColdTier, LogStore, StoreError, StoreOptions, Volumes};
-use crate::sync::{lock, read_lock, write_lock};
 use crate::sweep::Sweep;
+use crate::sync::{lock, read_lock, write_lock};
 
 /// Wake-ups for readers waiting for new records: one per partition and one per topic.
 #[derive(Debug, Default)]
@@ -74,6 +75,8 @@ pub struct PartitionCounters {
     closed_for_room: AtomicU64,
     overloaded: AtomicU64,
     pub(crate) retention_runs: AtomicU64,
+    /// Counted by the partitions: their alarms' runs, and the runs they skipped.
+    retention: Arc<RetentionRuns>,
 }
 
 impl PartitionCounters {
@@ -97,9 +100,25 @@ impl PartitionCounters {
         self.overloaded.load(Ordering::Relaxed)
     }
 
-    /// Retention runs of due partitions by the sweep since the log opened.
+    /// Retention runs of due partitions by the sweep since the log opened: mostly of
+    /// partitions that were not open (an open partition's alarm usually runs its retention
+    /// first, and a sweep's request while that run lasts is skipped), and retries of failed
+    /// runs.
     pub fn retention_runs(&self) -> u64 {
         self.retention_runs.load(Ordering::Relaxed)
+    }
+
+    /// Retention runs that open partitions started on their own alarm (their tick found their
+    /// retention due) since the log opened.
+    pub fn alarm_retention_runs(&self) -> u64 {
+        self.retention.by_alarm.load(Ordering::Relaxed)
+    }
+
+    /// Retention runs not started since the log opened because the partition's retention was
+    /// running already: a sweep's request answered at once, or an alarm that rang meanwhile.
+    /// The run in progress covers them; one partition's retention never runs twice at once.
+    pub fn retention_runs_skipped(&self) -> u64 {
+        self.retention.skipped.load(Ordering::Relaxed)
     }
 
     /// Partitions open now.
@@ -401,6 +420,7 @@ impl PartitionRegistry {
             workers: self.workers.clone(),
             usage: usage.clone(),
             alive: self.counters.alive.clone(),
+            retention_runs: self.counters.retention.clone(),
         };
         let addr = PartitionActor::start(setup, store.clone());
         self.counters.opened.fetch_add(1, Ordering::Relaxed);
@@ -623,10 +643,11 @@ impl Handler<PartitionIdle> for PartitionRegistry {
 }
 
 /// Runs the retention of a stored partition the sweep found due, opening it if needed
-/// (see [`crate::sweep`]); answers whether it ran. Neither the opening nor the run counts as a
-/// use, so a partition opened only for its retention is the first to close for room, before
-/// the partitions in use; it is held open until its run ends. A partition that is closing is
-/// left for the next sweep.
+/// (see [`crate::sweep`]); answers whether it ran: not when its retention was running already
+/// (its own alarm's run, which covers it). Neither the opening nor the run counts as a use, so
+/// a partition opened only for its retention is the first to close for room, before the
+/// partitions in use; it is held open until its run ends. A partition that is closing is left
+/// for the next sweep.
 #[derive(Message, Debug)]
 #[rtype(result = "bool")]
 pub(crate) struct RunDueRetention {
@@ -659,7 +680,7 @@ impl Handler<RunDueRetention> for PartitionRegistry {
             .map(|running| running.usage.hold());
         Box::pin(
             async move {
-                let ran = partition.send(RunRetention).await.is_ok();
+                let ran = partition.send(RunRetention).await.unwrap_or(false);
                 drop(held);
                 ran
             }

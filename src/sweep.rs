@@ -1,8 +1,14 @@
 //! The retention sweep: every sweep interval, each volume is asked which partitions' retention
 //! is due ([`Volume::due`](crate::store::Volume::due), a range of an index, so the cost follows
-//! the partitions due, not those stored), and their retention runs, a few at a time: open,
-//! closed as idle, closed for room, or untouched since a restart. Nothing is scheduled per
+//! the partitions due, not those stored), and their retention runs, a few at a time: closed as
+//! idle, closed for room, or untouched since a restart. The sweep schedules nothing per
 //! partition; a restart schedules nothing at all.
+//!
+//! An open partition runs its own retention when it falls due, on its tick's alarm (see
+//! [`crate::partition`]), so by the next sweep it is seldom due any more. When it still is (its
+//! due time passed since its last tick, or its run failed) the sweep asks it too; if its
+//! retention is running at that moment the request is skipped, so one partition's retention
+//! never runs twice at once.
 //!
 //! A partition not open is opened for its retention (closing the least recently used one if
 //! `max_open` are open) and closes again when idle. Neither the opening nor the run counts as
@@ -70,7 +76,8 @@ impl Sweep {
         }
     }
 
-    /// Runs a due partition's retention through the registry, which opens it if needed.
+    /// Runs a due partition's retention through the registry, which opens it if needed; counts
+    /// it if it ran (not when the partition's retention was running already).
     async fn run_retention(&self, due: DuePartition) {
         let Some(registry) = self.registry.upgrade() else {
             return;

@@ -10,12 +10,16 @@
 //! blocking fsync never stalls the event loop. Hot reads are the exception: one short query on
 //! a pooled WAL reader, which never waits for a commit, they run on the event loop (see
 //! [`Read`]). [`Log`](crate::Log)'s appends and hot reads skip the event loop altogether: its
-//! `Shortcut`, which the actor opens and closes, runs them on the caller's thread. Retention
-//! runs when the registry's sweep finds it due ([`RunRetention`]); the one timer checks for
-//! idleness. A partition idle for `idle_stop` tells the registry, which drains it; a drained
-//! partition cancels its timer and stops, and its actor is dropped. A partition whose volume
-//! failed a commit stops at its next message and its supervisor restarts it, reopening its
-//! store.
+//! `Shortcut`, which the actor opens and closes, runs them on the caller's thread. The actor
+//! has one timer, a `run_interval` tick that checks for idleness and is also its retention
+//! alarm: when the due time its store keeps in memory has passed, the tick sends the
+//! partition a `RetentionAlarm`, which runs retention (no database read per tick, no second
+//! timer). The registry's sweep covers the partitions that are not open, and retries failed
+//! runs ([`RunRetention`]); one partition's retention never runs twice at once (a request
+//! while it runs is skipped). A partition idle for `idle_stop` tells the registry, which
+//! drains it; a drained partition cancels its timer and stops, and its actor is dropped. A
+//! partition whose volume failed a commit stops at its next message and its supervisor
+//! restarts it, reopening its store.
 
 mod consume;
 mod leases;
@@ -39,6 +43,7 @@ use tokio::sync::oneshot;
 
 pub use consume::{Commit, DeleteCursor, GetCursor, ListCursors, Read};
 pub use leases::{Ack, ClaimLease, Extend, ListLeases, Nack};
+pub(crate) use operations::RetentionRuns;
 pub use operations::{ForgetColdBefore, GetBounds, GetLoad, RunRetention, Trim};
 pub use produce::{Append, Appended, Enqueue};
 pub(crate) use shortcut::{GetShortcut, Shortcut};
@@ -82,6 +87,8 @@ pub(crate) struct PartitionSetup {
     /// Partition actors alive in this log, counted up when one starts and down when it is
     /// dropped (a stopped actor must not linger).
     pub alive: Arc<AtomicUsize>,
+    /// Where the partition counts its retention runs (the log's, shared by every partition).
+    pub retention_runs: Arc<RetentionRuns>,
 }
 
 /// The fixed set of threads that run partitions' blocking work other than appends; a
@@ -228,8 +235,12 @@ pub struct PartitionActor {
     drained: Vec<oneshot::Sender<()>>,
     timers: Vec<SpawnHandle>,
     last_activity: Instant,
-    /// A [`RunRetention`] is running.
+    /// Retention is running (asked for by the alarm or a [`RunRetention`]); another request
+    /// meanwhile is skipped.
     retention_running: Rc<Cell<bool>>,
+    /// The due time whose retention run failed last, left to the sweep (the alarm does not
+    /// ring for it); `None` after a run that succeeded.
+    retention_failed: Rc<Cell<Option<i64>>>,
     /// The way [`Log`](crate::Log)'s appends take, around this event loop.
     shortcut: Arc<Shortcut>,
 }
@@ -263,6 +274,7 @@ impl PartitionActor {
                 timers: Vec::new(),
                 last_activity: Instant::now(),
                 retention_running: Rc::default(),
+                retention_failed: Rc::default(),
                 shortcut,
             }
         })
@@ -340,13 +352,20 @@ impl PartitionActor {
         Delivery::begin(&self.load)
     }
 
-    /// Starts the idleness check; its handle is kept so that a drain cancels it. There is no
-    /// retention timer: the registry's sweep runs retention when it is due, open or not.
+    /// Starts the partition's one timer, its tick: the retention alarm (see
+    /// [`PartitionActor::retention_alarm`]), and when it does not ring, the idleness check (a
+    /// partition about to run its retention is not reported idle). Its handle is kept so that a
+    /// drain cancels it. The alarm's resolution is the tick's interval; a partition that is not
+    /// open is left to the registry's sweep.
     fn schedule_timers(&mut self, ctx: &mut Context<Self>) {
         let every =
             (self.setup.idle_stop / 4).clamp(Duration::from_millis(10), Duration::from_secs(5));
-        let idle_check = ctx.run_interval(every, |act, _| act.check_idle());
-        self.timers = vec![idle_check];
+        let tick = ctx.run_interval(every, |act, ctx| {
+            if !act.retention_alarm(ctx) {
+                act.check_idle();
+            }
+        });
+        self.timers = vec![tick];
     }
 
     fn check_idle(&mut self) {
@@ -434,6 +453,8 @@ impl Supervised for PartitionActor {
             return;
         }
         self.store = None;
+        // The reopened store's due time is read anew; a run in flight clears its own flag.
+        self.retention_failed.set(None);
         let id = &self.setup.id;
         let reopened = LogStore::open_in(
             &self.setup.volume,

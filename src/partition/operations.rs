@@ -2,10 +2,13 @@
 //!
 //! - `GetBounds`: which offsets the partition can serve.
 //! - `GetLoad`: the partition's load snapshot.
-//! - `Trim` (on demand) and `RunRetention` (the registry's sweep, when due): enforce retention.
+//! - `Trim` (on demand), and `RunRetention` (the registry's sweep) and `RetentionAlarm` (the
+//!   partition's own alarm) when retention is due: enforce retention.
 //! - `ForgetColdBefore`: drop cold segments from the index.
 
-use actix::{Context, Handler, Message, ResponseFuture};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use actix::{AsyncContext, Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::{Error, ErrorCode};
@@ -47,43 +50,126 @@ impl Handler<GetLoad> for PartitionActor {
 #[rtype(result = "Result<u64, Error>")]
 pub struct Trim;
 
-/// Sent by the registry's sweep when the partition's retention is due; answers once it ran.
+/// Sent by the registry's sweep when the partition's retention is due; answers once it ran,
+/// whether it ran. A partition whose retention is running already (its alarm's run, or an
+/// earlier `RunRetention`) skips it and answers `false` at once: the run in progress covers it.
 /// The outcome is logged: a failure leaves the partition due, for the next sweep.
 #[derive(Message, Debug, Clone)]
-#[rtype(result = "()")]
+#[rtype(result = "bool")]
 pub struct RunRetention;
+
+/// Sent by the partition to itself when its alarm, the idle-check tick, finds its retention
+/// due (see [`PartitionActor::retention_alarm`]); runs it as [`RunRetention`] does.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "bool")]
+pub(super) struct RetentionAlarm;
+
+/// Retention runs of a log's partitions, counted by the partitions themselves and read through
+/// [`PartitionCounters`](crate::PartitionCounters). Lock-free: counting never blocks.
+#[derive(Debug, Default)]
+pub(crate) struct RetentionRuns {
+    /// Runs started by open partitions' own alarms.
+    pub by_alarm: AtomicU64,
+    /// Runs not started because the partition's retention was running already: a
+    /// `RunRetention` answered `false`, or an alarm that found its retention due meanwhile.
+    pub skipped: AtomicU64,
+}
+
+impl RetentionRuns {
+    pub(super) fn count(counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 impl Handler<Trim> for PartitionActor {
     type Result = ResponseFuture<Result<u64, Error>>;
 
     /// Trims on the partition's worker thread; the store deletes hot rows only after their
-    /// segment is stored in the cold tier.
+    /// segment is stored in the cold tier. A trim while retention runs waits for it (the
+    /// store's trim lock), so that when it answers the hot window is within its limits.
     fn handle(&mut self, _: Trim, ctx: &mut Context<Self>) -> Self::Result {
         self.on_worker(ctx, |store| async move { Ok(store.trim().await?) })
     }
 }
 
 impl Handler<RunRetention> for PartitionActor {
-    type Result = ResponseFuture<()>;
+    type Result = ResponseFuture<bool>;
 
     fn handle(&mut self, _: RunRetention, ctx: &mut Context<Self>) -> Self::Result {
-        // One run at a time: runs that queue up behind a slow one would keep the partition busy
-        // (and the workers occupied) for nothing.
-        if self.retention_running.get() {
-            return Box::pin(async {});
+        self.run_retention(ctx, false)
+    }
+}
+
+impl Handler<RetentionAlarm> for PartitionActor {
+    type Result = ResponseFuture<bool>;
+
+    fn handle(&mut self, _: RetentionAlarm, ctx: &mut Context<Self>) -> Self::Result {
+        self.run_retention(ctx, true)
+    }
+}
+
+impl PartitionActor {
+    /// The partition's retention alarm, rung by its idle-check tick (so the tick's interval is
+    /// the alarm's resolution): once the due time that the store keeps in memory
+    /// ([`LogStore::due_at`](crate::store::LogStore::due_at)) has passed, the partition sends
+    /// itself a [`RetentionAlarm`]. It reads no database and sets no timer of its own; the due
+    /// time it reads was loaded when the store opened and is moved by the partition's own work
+    /// (a commit that makes retention due sooner, a run that settles the next due time).
+    ///
+    /// It stays quiet for a due time whose run failed: the partition stays due in the database
+    /// and the sweep retries it, as it retries every failed run, at the sweep's pace rather
+    /// than at every tick; once a run settles a new due time (or an append makes it sooner),
+    /// the alarm follows it again. Answers whether it rang.
+    pub(super) fn retention_alarm(&mut self, ctx: &mut Context<Self>) -> bool {
+        let Some(due) = self.store.as_ref().and_then(|store| store.due_at()) else {
+            return false;
+        };
+        if self.draining
+            || self.retention_failed.get() == Some(due)
+            || due > self.setup.options.clock.now_ms()
+        {
+            return false;
         }
-        // The sweep's work is not a use: it neither keeps the partition from idling nor from
-        // closing for room.
+        ctx.notify(RetentionAlarm);
+        true
+    }
+
+    /// Runs retention on the partition's worker thread, unless it is running already: one run
+    /// at a time, whoever asks (the alarm or a sweep), and a second request is skipped, not
+    /// queued, because the run in progress leaves the hot window within its limits and runs
+    /// queued behind a slow one (a cold flush) would keep the partition busy, and the workers
+    /// occupied, for nothing. Answers whether it ran; a run started `by_alarm` is counted as
+    /// the alarm's. Neither the run nor the request counts as a use: it neither keeps the
+    /// partition from idling nor from closing for room.
+    ///
+    /// A run that fails leaves the partition due in the database, for the next sweep, and its
+    /// due time to the sweep: the alarm does not ring again for it (see
+    /// [`PartitionActor::retention_alarm`]).
+    fn run_retention(&mut self, ctx: &mut Context<Self>, by_alarm: bool) -> ResponseFuture<bool> {
+        if self.retention_running.get() {
+            RetentionRuns::count(&self.setup.retention_runs.skipped);
+            return Box::pin(async { false });
+        }
+        if by_alarm {
+            RetentionRuns::count(&self.setup.retention_runs.by_alarm);
+        }
+        // The due time this run answers for, as the store holds it before the run.
+        let due = self.store.as_ref().and_then(|store| store.due_at());
         let (last_activity, last_used) = (self.last_activity, self.setup.usage.last_used());
         let trimmed = self.on_worker(ctx, |store| async move { Ok(store.trim().await?) });
         self.last_activity = last_activity;
         self.setup.usage.restore(last_used);
         let id = self.setup.id.clone();
-        let running = self.retention_running.clone();
+        let (running, failed) = (
+            self.retention_running.clone(),
+            self.retention_failed.clone(),
+        );
         running.set(true);
         Box::pin(async move {
             let trimmed = trimmed.await;
             running.set(false);
+            // A run that succeeded settled the next due time; one that failed left `due`.
+            failed.set(if trimmed.is_err() { due } else { None });
             match trimmed {
                 Ok(0) => {}
                 Ok(removed) => log::debug!("partition {id}: retention removed {removed} records"),
@@ -91,6 +177,7 @@ impl Handler<RunRetention> for PartitionActor {
                 Err(err) if err.code() == ErrorCode::Corrupted => {}
                 Err(err) => log::warn!("partition {id}: retention failed, will retry: {err}"),
             }
+            true
         })
     }
 }

@@ -11,12 +11,27 @@
 //!
 //! Both happen under the volume's writer lock, against [`Due`], the partition's copy in
 //! memory, so a commit never needs to read the row. A sweep asks each volume for the rows due
-//! ([`Volume::due`]), a range of the index.
+//! ([`Volume::due`]), a range of the index; an open partition's alarm reads the copy in memory
+//! ([`LogStore::due_at`]), so it costs no query.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::StoreError;
 use super::volume::{Shared, Volume};
+use super::{LogStore, StoreError, lock};
+
+impl LogStore {
+    /// When this partition's retention is next due (ms since the Unix epoch, by the store's
+    /// clock), or `None` when nothing can come due without another append: the partition's
+    /// `due_at` as its copy in memory holds it. That copy is loaded when the store opens and
+    /// moved by whatever writes the row (a commit that makes retention due sooner, a trim that
+    /// settles it), so reading it costs no query: an open partition's alarm reads it at every
+    /// tick. A trim that failed leaves it as it was, due.
+    ///
+    /// Blocks only while a commit or a trim moves that copy, never across an fsync.
+    pub(crate) fn due_at(&self) -> Option<i64> {
+        lock(&self.tail.due).at
+    }
+}
 
 /// Stores partition `key`'s due time.
 pub(super) fn store_due_at(conn: &Connection, key: i64, at: Option<i64>) -> Result<(), StoreError> {

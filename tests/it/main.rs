@@ -20,6 +20,7 @@ mod metrics;
 mod openapi;
 pub(crate) mod replication;
 mod retention;
+mod retention_alarm;
 mod retention_sweep;
 mod scrub;
 mod server;
