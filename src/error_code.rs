@@ -102,6 +102,11 @@ impl ErrorCode {
         }
     }
 
+    /// The code of wire string `text`, if it is one.
+    pub fn from_wire(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|code| code.as_str() == text)
+    }
+
     /// The HTTP status that answers it.
     pub fn status(self) -> u16 {
         match self {
@@ -128,6 +133,14 @@ impl ErrorCode {
     /// answered `log_truncated` records the loss it reports, which the README states.)
     pub fn changed_nothing(self) -> bool {
         self != Self::Unavailable
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ErrorCode {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Self::from_wire(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("unknown error code {text:?}")))
     }
 }
 

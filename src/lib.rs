@@ -133,6 +133,7 @@ pub mod routing;
 pub mod store;
 mod sweep;
 mod sync;
+pub mod wire;
 
 pub use config::Config;
 pub use error::{Error, ErrorCode};

@@ -32,7 +32,7 @@ const BUCKETS: i64 = WINDOW_MS as i64 / BUCKET_MS;
 static NEXT_REQUEST_ID: AtomicU64 = AtomicU64::new(0);
 
 /// A partition's load at one moment: what a router compares to pick where to send work.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct LoadSnapshot {
     /// When the snapshot was taken, in ms since the Unix epoch; a newer snapshot replaces an
@@ -48,7 +48,7 @@ pub struct LoadSnapshot {
 }
 
 /// Pressure in one direction: how much is running now and how long recent work took.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Pressure {
     /// Requests begun and not yet finished, right now.
@@ -62,7 +62,7 @@ pub struct Pressure {
 }
 
 /// Outbound pressure and the backlog consumers have yet to read.
-#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct OutboundPressure {
     /// The outbound requests, serialized inline (`inFlight`, `completed`,

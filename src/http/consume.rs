@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
-use serde_json::value::RawValue;
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, Type};
 
@@ -14,98 +13,7 @@ use super::params;
 use super::request::{Integer, Query, json_body, offset, partition, partition_key};
 use super::spread::Spread;
 use super::{ApiError, HttpState};
-use crate::log;
-
-/// A record as the API shows it: the payload is the stored JSON value itself.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-#[schema(as = Record)]
-pub struct RecordJson {
-    /// The record's offset in its partition.
-    offset: u64,
-    /// Its deduplication key, or `null` when it was appended without one.
-    #[schema(required = true)]
-    key: Option<String>,
-    /// The JSON value it was appended with.
-    #[schema(value_type = serde_json::Value)]
-    payload: Box<RawValue>,
-    /// When it was appended, in ms since the Unix epoch.
-    appended_at: i64,
-}
-
-impl From<log::Record> for RecordJson {
-    fn from(record: log::Record) -> Self {
-        // Records appended through the library may hold text that is not JSON: show it as a
-        // JSON string rather than fail the page.
-        let payload = RawValue::from_string(record.payload).unwrap_or_else(|err| {
-            let text = serde_json::to_string(&err.to_string()).expect("a string serializes");
-            RawValue::from_string(text).expect("a JSON string is JSON")
-        });
-        Self {
-            offset: record.offset,
-            key: record.key,
-            payload,
-            appended_at: record.appended_at,
-        }
-    }
-}
-
-/// Records as the API shows them.
-pub fn records_json(records: Vec<log::Record>) -> Vec<RecordJson> {
-    records.into_iter().map(RecordJson::from).collect()
-}
-
-// Responses holding records are typed structs, never a `serde_json::Value`: payloads are
-// written verbatim, so any JSON text the server accepted (even one a `Value` cannot hold, such
-// as a lone surrogate escape) reads back.
-
-/// `200` of `GET /topics/{topic}/partitions/{partition}/records`: a page of records.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct Page {
-    /// The records, in offset order.
-    records: Vec<RecordJson>,
-    /// Where to read next: one past the last record, or the starting position when the page is
-    /// empty.
-    next_offset: u64,
-    /// The log's `nextOffset` minus this page's `nextOffset`.
-    lag: u64,
-}
-
-impl From<log::Page> for Page {
-    fn from(page: log::Page) -> Self {
-        Self {
-            records: records_json(page.records),
-            next_offset: page.next_offset,
-            lag: page.lag,
-        }
-    }
-}
-
-/// One partition's page in a group poll.
-#[derive(Serialize, ToSchema)]
-struct PartitionPage {
-    /// The partition.
-    partition: u32,
-    /// Its page, read from the group's cursor.
-    #[serde(flatten)]
-    page: Page,
-}
-
-/// `200` of `GET /topics/{topic}/groups/{group}/poll`.
-#[derive(Serialize, ToSchema)]
-struct GroupPoll {
-    /// One page per partition, in partition order.
-    partitions: Vec<PartitionPage>,
-}
-
-/// `200` of `POST /topics/{topic}/groups/{group}/commit`.
-#[derive(Serialize, ToSchema)]
-struct CommittedCursors {
-    /// The cursor in effect for each partition of the request, by partition number.
-    #[schema(value_type = BTreeMap<String, u64>)]
-    cursors: BTreeMap<u32, u64>,
-}
+use crate::wire::{CommittedCursors, GroupPoll, Page, PartitionPage};
 
 /// `200` of `PUT /topics/{topic}/partitions/{partition}/cursors/{group}`.
 #[derive(Serialize, ToSchema)]

@@ -3,11 +3,10 @@
 
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
-use serde::Serialize;
-use utoipa::ToSchema;
 
 use crate::error::{Error, ErrorCode};
 use crate::log::{AppendRejection, StoreError};
+pub use crate::wire::{ErrorBody, ErrorDetail};
 
 /// Seconds a client is told to wait (`Retry-After`) before retrying an `overloaded` request,
 /// or one of a volume being rebuilt from the bucket.
@@ -16,50 +15,6 @@ const RETRY_AFTER_SECS: u32 = 1;
 /// An error answered over HTTP: the body it answers, whose code decides the status.
 #[derive(Debug)]
 pub struct ApiError(ErrorBody);
-
-/// Every error: `{"error": {"code", "message", ...details}}`. A 4xx is definite: nothing
-/// changed; so is `503 overloaded`. Otherwise a 5xx is uncertain: the write may or may not have
-/// happened.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ErrorBody {
-    /// What went wrong.
-    error: ErrorDetail,
-}
-
-/// The `error` object of an `ErrorBody`.
-#[derive(Debug, Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ErrorDetail {
-    /// A stable snake_case code (the document lists every one, by status).
-    #[schema(value_type = String, example = "invalid_request")]
-    code: ErrorCode,
-    /// Human-readable text.
-    message: String,
-    /// `log_truncated`: the first offset that was lost.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    requested_offset: Option<u64>,
-    /// `log_truncated`: the oldest readable offset, where reading can continue.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    oldest_offset: Option<u64>,
-    /// `lease_not_held`: the batch id that is not held.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    batch_id: Option<String>,
-    /// `invalid_offset` (sometimes): the partition's next offset.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    next_offset: Option<u64>,
-    /// `unknown_partition` (sometimes): the topic's partition count.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    #[schema(nullable = false)]
-    partitions: Option<u32>,
-    /// Whether the answer says when to retry (`Retry-After`): `overloaded`, and `unavailable`
-    /// while a volume is rebuilt.
-    #[serde(skip)]
-    retry_after: bool,
-}
 
 impl ApiError {
     /// An error with a code of the contract and a human message.

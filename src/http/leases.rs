@@ -6,13 +6,13 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
-use super::consume::{RecordJson, records_json};
 use super::error::ErrorBody;
 use super::params;
 use super::request::{Integer, Query, optional_json_body, partition};
 use super::spread::Spread;
 use super::{ApiError, HttpState};
 use crate::log::{self, LeaseState};
+use crate::wire::{RecordJson, records_json};
 
 /// `200` of a partition's lease claim: a range held by the caller until `expiresAt`.
 #[derive(Serialize, ToSchema)]

@@ -12,6 +12,7 @@ use super::request::{Integer, Query, json_body, offset, partition};
 use super::spread::Spread;
 use super::{ApiError, HttpState};
 use crate::log;
+use crate::wire::{Bounds, TopicSummary, Topics};
 
 /// `200` of `GET /healthz`.
 #[derive(Serialize, ToSchema)]
@@ -19,28 +20,6 @@ struct Health {
     /// Always `ok`.
     #[schema(example = "ok")]
     status: &'static str,
-}
-
-/// `200` of `GET /topics/{topic}/partitions/{partition}/bounds`.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct Bounds {
-    /// The oldest readable offset, counting cold segments.
-    oldest_offset: u64,
-    /// The oldest offset still in the hot window.
-    hot_offset: u64,
-    /// The offset the next appended record will get.
-    next_offset: u64,
-}
-
-impl From<log::Bounds> for Bounds {
-    fn from(bounds: log::Bounds) -> Self {
-        Self {
-            oldest_offset: bounds.oldest_offset,
-            hot_offset: bounds.hot_offset,
-            next_offset: bounds.next_offset,
-        }
-    }
 }
 
 /// `200` of `POST /topics/{topic}/partitions/{partition}/trim`.
@@ -55,25 +34,6 @@ struct Trimmed {
 struct Forgotten {
     /// How many cold segments were forgotten.
     forgotten: u64,
-}
-
-/// A topic in `GET /topics`.
-#[derive(Serialize, ToSchema)]
-struct TopicSummary {
-    /// The topic's name.
-    name: String,
-    /// Its partition count.
-    partitions: u32,
-}
-
-/// `200` of `GET /topics`.
-#[derive(Serialize, ToSchema)]
-struct Topics {
-    /// Topics that have at least one written partition, sorted by name: the page.
-    topics: Vec<TopicSummary>,
-    /// The last name of the page when more topics may follow (pass it as `after`); `null` at
-    /// the end.
-    next: Option<String>,
 }
 
 /// One partition in `GET /topics/{topic}`.

@@ -11,9 +11,9 @@ use super::params;
 use super::request::{Object, json_body, partition};
 use super::spread::Spread;
 use super::{ApiError, HttpState};
-use crate::load::LoadSnapshot;
 use crate::log::MAX_KEY_BYTES;
 use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
+use crate::wire::AppendedOffsets;
 
 /// One event of `POST /topics/{topic}/records`.
 #[derive(Deserialize, ToSchema)]
@@ -85,15 +85,6 @@ struct PlacedRecord {
     partition: u32,
     /// Its offset in that partition.
     offset: u64,
-}
-
-/// `202` of `POST /topics/{topic}/partitions/{partition}/records`.
-#[derive(Serialize, ToSchema)]
-struct AppendedOffsets {
-    /// The offset of each record, in input order.
-    offsets: Vec<u64>,
-    /// The partition's load after the append.
-    load: LoadSnapshot,
 }
 
 /// `POST /topics/{topic}/records`: `202 {"records": [{"partition", "offset"}, ...]}`.
