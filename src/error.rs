@@ -53,6 +53,9 @@ pub enum Error {
         /// Partitions open.
         open: usize,
     },
+    /// Another node of the cluster, asked for partitions it holds, refused or did not answer.
+    #[error(transparent)]
+    Peer(#[from] crate::cluster::peer::PeerError),
     /// An actor's mailbox is closed or full.
     #[error("actor mailbox failure")]
     Mailbox(#[from] actix::MailboxError),
@@ -99,6 +102,7 @@ impl Error {
             Self::InvalidRequest(_) => ErrorCode::InvalidRequest,
             Self::UnknownPartition { .. } => ErrorCode::UnknownPartition,
             Self::Overloaded { .. } => ErrorCode::Overloaded,
+            Self::Peer(err) => err.code(),
             Self::PartitionStopped | Self::Unavailable { .. } | Self::Mailbox(_) => {
                 ErrorCode::Unavailable
             }

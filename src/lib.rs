@@ -18,6 +18,7 @@
 //!                            └─<─ DeadLetter <─ exhausted ───┘                │      │ (pool)
 //!                                                                 ColdStore <─┘      v
 //!                     Cluster (etcd: who owns which volume) ──> Replicator ──> bucket
+//!   Log ──> Peers (typed calls to the other nodes' REST API, for partitions held there)
 //! ```
 //!
 //! In data-flow order:
@@ -62,9 +63,14 @@
 //!   node's etcd lease, claims and hands over volumes (rendezvous hashing, [`cluster::placement`])
 //!   and tells where each volume is served; a node that may own nothing any more stops serving
 //!   and says why ([`Log::stopped`], [`cluster::StopReason`]), and the application decides
-//!   what follows. Requests for a partition another node holds are proxied to it by [`http`]
-//!   (`forward.rs`), and fanned out over every node for group-wide and topic-wide ones
+//!   what follows. [`cluster::peer`] is the typed seam between nodes: [`Log`] reaches the
+//!   partitions other nodes hold through its [`Peers`](cluster::peer::Peers) (appends, keyed
+//!   events, group polls and commits, bounds, the topic list: `log/spread.rs`), so an embedded
+//!   `Log` answers as the server does; [`http`] proxies a partition's own requests to its
+//!   owner (`forward.rs`) and still fans out a topic's description and topic-wide lease claims
 //!   (`spread.rs`).
+//! - [`wire`]: the JSON shapes nodes and clients exchange, written by [`http`] and read by
+//!   [`cluster::peer`].
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
 //!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
 //! - [`routing`]: the partitioning function (the original's FNV-1a), which picks an event's

@@ -25,7 +25,7 @@ pub struct ErrorBody {
 }
 
 /// The `error` object of an `ErrorBody`.
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorDetail {
     /// A stable snake_case code (the document lists every one, by status).
@@ -57,6 +57,22 @@ pub struct ErrorDetail {
     /// while a volume is rebuilt.
     #[serde(skip)]
     pub retry_after: bool,
+}
+
+impl ErrorDetail {
+    /// An error with `code` and `message`, and no details.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            requested_offset: None,
+            oldest_offset: None,
+            batch_id: None,
+            next_offset: None,
+            partitions: None,
+            retry_after: code == ErrorCode::Overloaded,
+        }
+    }
 }
 
 /// A record as the API shows it: the payload is the stored JSON value itself.

@@ -22,6 +22,7 @@
 //! volumes never delays it.
 
 pub(crate) mod etcd;
+pub mod peer;
 pub mod placement;
 
 use std::collections::BTreeMap;

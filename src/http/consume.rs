@@ -1,7 +1,6 @@
 //! Read and consume: pages of records (with long-poll), group polls and commits, cursors.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
@@ -9,10 +8,11 @@ use utoipa::ToSchema;
 use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, Type};
 
 use super::error::ErrorBody;
+use super::forward::forwarded;
 use super::params;
 use super::request::{Integer, Query, json_body, offset, partition, partition_key};
-use super::spread::Spread;
 use super::{ApiError, HttpState};
+use crate::log;
 use crate::wire::{CommittedCursors, GroupPoll, Page, PartitionPage};
 
 /// `200` of `PUT /topics/{topic}/partitions/{partition}/cursors/{group}`.
@@ -91,43 +91,21 @@ pub async fn poll(
     let (topic, group) = path.into_inner();
     let query = Query::parse(request.query_string())?;
     let (limit, wait) = (query.limit()?, query.wait(state.max_wait)?);
-    if let Some(spread) = Spread::of(&state, &request) {
-        let partitions = state.log.partitions(&topic)?;
-        let poll_here = async |held: Vec<u32>, waiting: bool| {
-            let wait = if waiting { wait } else { Duration::ZERO };
-            let pages = state
-                .log
-                .poll_partitions(&topic, &group, &held, limit, wait)
-                .await?;
-            let read = pages.iter().map(|page| page.records.len() as u64).sum();
-            state.metrics.records_read(&topic, read);
-            let entries = held.into_iter().zip(pages).map(|(partition, page)| {
-                let entry = PartitionPage {
-                    partition,
-                    page: page.into(),
-                };
-                serde_json::to_value(entry).expect("a page serializes")
-            });
-            Ok::<_, ApiError>(entries.collect())
-        };
-        let entries = if spread.forwarded() {
-            poll_here(spread.held(&topic, 0..partitions), true).await?
-        } else {
-            match spread
-                .poll(&topic, partitions, !wait.is_zero(), poll_here)
-                .await?
-            {
-                Ok(entries) => entries,
-                Err(answer) => return Ok(answer.into_response()),
-            }
-        };
-        return Ok(HttpResponse::Ok().json(serde_json::json!({ "partitions": entries })));
-    }
-    let pages = state.log.poll(&topic, &group, limit, wait).await?;
-    let read = pages.iter().map(|page| page.records.len() as u64).sum();
+    // A node of the cluster asks for the partitions held here only.
+    let pages: Vec<(u32, log::Page)> = if forwarded(&request) {
+        state.log.poll_held(&topic, &group, limit, wait).await?
+    } else {
+        (0..)
+            .zip(state.log.poll(&topic, &group, limit, wait).await?)
+            .collect()
+    };
+    let read = pages
+        .iter()
+        .map(|(_, page)| page.records.len() as u64)
+        .sum();
     state.metrics.records_read(&topic, read);
-    let partitions = (0..)
-        .zip(pages)
+    let partitions = pages
+        .into_iter()
         .map(|(partition, page)| PartitionPage {
             partition,
             page: page.into(),
@@ -198,18 +176,12 @@ pub async fn commit(
     for (index, value) in &body.offsets {
         offsets.insert(partition_key(index)?, offset(value.0)?);
     }
-    let spread = Spread::of(&state, &request).filter(|spread| !spread.forwarded());
-    if let Some(spread) = spread {
-        for &partition in offsets.keys() {
-            state.log.partition(&topic, partition)?;
-        }
-        let commit_here = async |held| state.log.commit_many(&topic, &group, &held).await;
-        return Ok(match spread.commit(&topic, &offsets, commit_here).await? {
-            Ok(cursors) => HttpResponse::Ok().json(CommittedCursors { cursors }),
-            Err(answer) => answer.into_response(),
-        });
-    }
-    let cursors = state.log.commit_many(&topic, &group, &offsets).await?;
+    // A node of the cluster commits partitions held here only.
+    let cursors = if forwarded(&request) {
+        state.log.commit_held(&topic, &group, &offsets).await?
+    } else {
+        state.log.commit_many(&topic, &group, &offsets).await?
+    };
     Ok(HttpResponse::Ok().json(CommittedCursors { cursors }))
 }
 

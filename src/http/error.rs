@@ -4,6 +4,7 @@
 use actix_web::http::StatusCode;
 use actix_web::{HttpResponse, ResponseError};
 
+use crate::cluster::peer::PeerError;
 use crate::error::{Error, ErrorCode};
 use crate::log::{AppendRejection, StoreError};
 pub use crate::wire::{ErrorBody, ErrorDetail};
@@ -19,16 +20,7 @@ pub struct ApiError(ErrorBody);
 impl ApiError {
     /// An error with a code of the contract and a human message.
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self::from_detail(ErrorDetail {
-            code,
-            message: message.into(),
-            requested_offset: None,
-            oldest_offset: None,
-            batch_id: None,
-            next_offset: None,
-            partitions: None,
-            retry_after: code == ErrorCode::Overloaded,
-        })
+        Self::from_detail(ErrorDetail::new(code, message))
     }
 
     fn from_detail(error: ErrorDetail) -> Self {
@@ -93,6 +85,14 @@ impl From<Error> for ApiError {
             }
             Error::UnknownPartition { partitions, .. } => detail.partitions = Some(partitions),
             Error::Store(StoreError::Healing { .. }) => detail.retry_after = true,
+            // Another node's error is answered as it is, with its details; its `Retry-After`
+            // is not in its body, so a 503 gets one here.
+            Error::Peer(PeerError::Refused(mut error)) => {
+                error.retry_after = error.code.status() == 503;
+                return Self::from_detail(error);
+            }
+            // The partition's volume is moving, or its node did not answer: retry shortly.
+            Error::Peer(_) => detail.retry_after = true,
             _ => {}
         }
         Self::from_detail(detail)
@@ -110,8 +110,9 @@ mod tests {
     use actix_web::ResponseError;
     use actix_web::http::header::RETRY_AFTER;
 
-    use super::ApiError;
-    use crate::error::Error;
+    use super::{ApiError, ErrorDetail};
+    use crate::cluster::peer::PeerError;
+    use crate::error::{Error, ErrorCode};
     use crate::log::StoreError;
 
     /// `overloaded` is a 503 that tells the client when to retry; `unavailable` is not.
@@ -151,5 +152,24 @@ mod tests {
         assert_eq!(response.status(), 503);
         assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
         assert_eq!(healing.code(), "unavailable");
+    }
+
+    /// Another node's refusal is answered as that node answered it, details included; a
+    /// partition whose node moved it, or did not answer, is a 503 that says when to retry.
+    #[test]
+    fn another_nodes_errors_keep_their_details_and_moving_volumes_say_when_to_retry() {
+        let mut truncated = ErrorDetail::new(ErrorCode::LogTruncated, "records 0 to 9 are gone");
+        truncated.requested_offset = Some(0);
+        truncated.oldest_offset = Some(10);
+        let refused = ApiError::from(Error::Peer(PeerError::Refused(truncated.clone())));
+        assert_eq!(refused.error_response().status(), 410);
+        assert_eq!(refused.body().error, truncated);
+
+        let moved = ApiError::from(Error::Peer(PeerError::NotOwner {
+            node: "http://b:8080".into(),
+        }));
+        let response = moved.error_response();
+        assert_eq!(response.status(), 503);
+        assert_eq!(response.headers().get(RETRY_AFTER).unwrap(), "1");
     }
 }

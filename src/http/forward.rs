@@ -27,8 +27,13 @@ use crate::cluster::{Cluster, Route};
 use crate::error::ErrorCode;
 use crate::names::PartitionId;
 
-/// Marks a request forwarded by another node.
-pub const FORWARDED: &str = "x-durability-forwarded";
+pub use crate::cluster::peer::FORWARDED;
+
+/// Whether another node of the cluster sent `request`: it is served from what this node
+/// holds, never passed on.
+pub(crate) fn forwarded(request: &actix_web::HttpRequest) -> bool {
+    request.headers().contains_key(FORWARDED)
+}
 
 /// Seconds a client is told to wait before retrying a request for a volume being taken.
 const RETRY_AFTER_SECS: u32 = 1;

@@ -7,11 +7,11 @@ use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::error::ErrorBody;
+use super::forward::forwarded;
 use super::params;
 use super::request::{Integer, Query, json_body, offset, partition};
 use super::spread::Spread;
 use super::{ApiError, HttpState};
-use crate::log;
 use crate::wire::{Bounds, TopicSummary, Topics};
 
 /// `200` of `GET /healthz`.
@@ -238,29 +238,24 @@ pub async fn topics(
 ) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(request.query_string())?;
     let (after, limit) = (query.text("after"), query.limit()?);
-    let here = async || {
-        let page = state.log.topics_page(after, limit).await?;
-        let topics = page.topics.into_iter().map(|topic| {
-            let summary = TopicSummary {
-                name: topic.name,
-                partitions: topic.partitions,
-            };
-            serde_json::to_value(summary).expect("a topic serializes")
-        });
-        Ok::<_, ApiError>((topics.collect::<Vec<_>>(), page.next))
+    // A node of the cluster lists the topics of the volumes held here only.
+    let page = if forwarded(&request) {
+        state.log.topics_page_held(after, limit).await?
+    } else {
+        state.log.topics_page(after, limit).await?
     };
-    let spread = Spread::of(&state, &request).filter(|spread| !spread.forwarded());
-    let (topics, next) = match spread {
-        Some(spread) => {
-            let limit = limit.unwrap_or(log::DEFAULT_TOPICS_PAGE);
-            match spread.topics(limit, here).await? {
-                Ok(page) => page,
-                Err(answer) => return Ok(answer.into_response()),
-            }
-        }
-        None => here().await?,
-    };
-    Ok(HttpResponse::Ok().json(serde_json::json!({ "topics": topics, "next": next })))
+    let topics = page
+        .topics
+        .into_iter()
+        .map(|topic| TopicSummary {
+            name: topic.name,
+            partitions: topic.partitions,
+        })
+        .collect();
+    Ok(HttpResponse::Ok().json(Topics {
+        topics,
+        next: page.next,
+    }))
 }
 
 /// `GET /topics/{topic}`: every partition's bounds, cursors and backlog.

@@ -1,6 +1,6 @@
 //! Produce: keyed events routed to partitions, and direct appends to one partition.
 
-use actix_web::{HttpRequest, HttpResponse, web};
+use actix_web::{HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
@@ -9,7 +9,6 @@ use utoipa::openapi::schema::{Object as Schema, ObjectBuilder, SchemaType, Type}
 use super::error::ErrorBody;
 use super::params;
 use super::request::{Object, json_body, partition};
-use super::spread::Spread;
 use super::{ApiError, HttpState};
 use crate::log::MAX_KEY_BYTES;
 use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
@@ -109,7 +108,6 @@ struct PlacedRecord {
 pub async fn events(
     state: web::Data<HttpState>,
     topic: web::Path<String>,
-    request: HttpRequest,
     body: web::Payload,
 ) -> Result<HttpResponse, ApiError> {
     let events: Vec<Object<EventBody>> = json_body(body, state.body_limits()).await?;
@@ -129,13 +127,7 @@ pub async fn events(
             })
         })
         .collect::<Result<_, ApiError>>()?;
-    let outcome = match Spread::of(&state, &request) {
-        Some(spread) => match spread.append_events(&topic, events).await? {
-            Ok(outcome) => outcome,
-            Err(owners_answer) => return Ok(owners_answer.into_response()),
-        },
-        None => state.log.append_events(&topic, events).await?,
-    };
+    let outcome = state.log.append_events(&topic, events).await?;
     match outcome {
         EventsOutcome::Appended(placed) => {
             state.metrics.appended(&topic, placed.len() as u64, bytes);

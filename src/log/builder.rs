@@ -9,6 +9,7 @@ use super::dead_letter::DeadLetterTopic;
 use super::long_poll::WaitsReleased;
 use super::{Inner, Log};
 use crate::clock::Clock;
+use crate::cluster::peer::{HttpPeers, Peers};
 use crate::cluster::{CloseVolume, Cluster};
 use crate::cold::ColdStore;
 use crate::config::Config;
@@ -84,6 +85,11 @@ impl LogBuilder {
         } else {
             None
         };
+        // A cluster's node reaches the others through their REST API, with the cluster's token.
+        let peers: Option<Arc<dyn Peers>> = cluster.as_ref().map(|_| {
+            let max_wait = std::time::Duration::from_millis(config.server.max_wait_ms);
+            Arc::new(HttpPeers::new(max_wait, &config.server.auth_token)) as Arc<dyn Peers>
+        });
         let volume_count = cluster
             .as_ref()
             .map_or(storage.volumes, Cluster::volume_count);
@@ -170,6 +176,7 @@ impl LogBuilder {
                     addresses: addresses.clone(),
                     replica_counters: replica_counters.clone(),
                     cluster: cluster.clone(),
+                    peers: peers.clone(),
                 }),
             };
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
@@ -238,6 +245,7 @@ impl LogBuilder {
                 addresses,
                 replica_counters,
                 cluster,
+                peers,
             }),
         })
     }

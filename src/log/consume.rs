@@ -86,9 +86,40 @@ impl Log {
         limit: Option<usize>,
         wait: Duration,
     ) -> Result<Vec<Page>, Error> {
-        let partitions: Vec<u32> = (0..self.partitions(topic)?).collect();
-        self.poll_partitions(topic, group, &partitions, limit, wait)
-            .await
+        let count = self.partitions(topic)?;
+        let Some(spread) = self.spread() else {
+            let partitions: Vec<u32> = (0..count).collect();
+            return self
+                .poll_partitions(topic, group, &partitions, limit, wait)
+                .await;
+        };
+        validate_group(group)?;
+        let here = |held: Vec<u32>, wait| {
+            Box::pin(async move { self.poll_partitions(topic, group, &held, limit, wait).await })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = _>>>
+        };
+        spread.poll(topic, group, count, (limit, wait), here).await
+    }
+
+    /// [`poll`](Self::poll) of the partitions this node holds only, each with its number:
+    /// what a cluster's node answers another.
+    ///
+    /// # Errors
+    /// As [`poll`](Self::poll).
+    pub(crate) async fn poll_held(
+        &self,
+        topic: &str,
+        group: &str,
+        limit: Option<usize>,
+        wait: Duration,
+    ) -> Result<Vec<(u32, Page)>, Error> {
+        let held: Vec<u32> = (0..self.partitions(topic)?)
+            .filter(|&partition| self.holds(topic, partition))
+            .collect();
+        let pages = self
+            .poll_partitions(topic, group, &held, limit, wait)
+            .await?;
+        Ok(held.into_iter().zip(pages).collect())
     }
 
     /// [`poll`](Self::poll) of `partitions` only (each below the topic's count): one page per
@@ -220,6 +251,33 @@ impl Log {
     /// Name and partition errors, `invalid_offset` (beyond a partition's next offset),
     /// `unavailable` (some partitions may then have committed: commits are idempotent, retry).
     pub async fn commit_many(
+        &self,
+        topic: &str,
+        group: &str,
+        offsets: &BTreeMap<u32, u64>,
+    ) -> Result<BTreeMap<u32, u64>, Error> {
+        let Some(spread) = self.spread() else {
+            return self.commit_held(topic, group, offsets).await;
+        };
+        // Names and partitions are checked before anything is asked of another node.
+        self.partitions(topic)?;
+        validate_group(group)?;
+        for &partition in offsets.keys() {
+            self.partition(topic, partition)?;
+        }
+        let here = |held: BTreeMap<u32, u64>| {
+            Box::pin(async move { self.commit_held(topic, group, &held).await })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+        };
+        spread.commit(topic, group, offsets, here).await
+    }
+
+    /// [`commit_many`](Self::commit_many) of partitions this node holds: what a cluster's node
+    /// answers another (a partition held elsewhere is refused `not_owner`).
+    ///
+    /// # Errors
+    /// As [`commit_many`](Self::commit_many).
+    pub(crate) async fn commit_held(
         &self,
         topic: &str,
         group: &str,

@@ -17,6 +17,7 @@ mod leases;
 mod long_poll;
 mod operations;
 mod produce;
+mod spread;
 
 /// The counts of partitions opened and closed that [`Log::partition_counters`] answers, so
 /// that its callers need not reach into the registry.
@@ -40,6 +41,7 @@ use actix::{Addr, MailboxError, Message};
 
 use crate::clock::{Clock, SystemClock};
 use crate::cluster::Cluster;
+use crate::cluster::peer::Peers;
 use crate::config::Config;
 use crate::error::Error;
 use crate::names::{PartitionId, validate_group};
@@ -74,6 +76,8 @@ struct Inner {
     replica_counters: Arc<ReplicaCounters>,
     /// This node's part in a cluster, if it is in one.
     cluster: Option<Cluster>,
+    /// How this node reaches the others of its cluster, if it is in one.
+    peers: Option<Arc<dyn Peers>>,
 }
 
 impl std::fmt::Debug for Log {
@@ -327,6 +331,24 @@ impl Log {
     /// This node's part in a cluster (`[cluster]`), if it is in one.
     pub fn cluster(&self) -> Option<&Cluster> {
         self.inner.cluster.as_ref()
+    }
+
+    /// The way to the partitions other nodes hold, when this node is in a cluster.
+    fn spread(&self) -> Option<spread::Spread<'_>> {
+        Some(spread::Spread {
+            placement: self.inner.cluster.as_ref()?,
+            peers: self.inner.peers.as_deref()?,
+        })
+    }
+
+    /// Whether this node holds partition `topic`/`partition` (always, outside a cluster).
+    pub(crate) fn holds(&self, topic: &str, partition: u32) -> bool {
+        use spread::Placement;
+        match (&self.inner.cluster, PartitionId::new(topic, partition)) {
+            (Some(cluster), Ok(id)) => cluster.place(&id) == Ok(spread::Place::Here),
+            (None, _) => true,
+            (_, Err(_)) => false,
+        }
     }
 
     /// Resolves once this node has stopped serving for good (see

@@ -60,6 +60,23 @@ impl Log {
         after: Option<&str>,
         limit: Option<usize>,
     ) -> Result<TopicsPage, Error> {
+        let held = self.topics_page_held(after, limit);
+        match self.spread() {
+            Some(spread) => {
+                let limit = limit.unwrap_or(DEFAULT_TOPICS_PAGE);
+                spread.topics(after, limit, Box::pin(held)).await
+            }
+            None => held.await,
+        }
+    }
+
+    /// [`Log::topics_page`] of the volumes this node holds only: what a cluster's node answers
+    /// another.
+    pub(crate) async fn topics_page_held(
+        &self,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<TopicsPage, Error> {
         let limit = limit.unwrap_or(DEFAULT_TOPICS_PAGE);
         if !(1..=MAX_TOPICS_PAGE).contains(&limit) {
             return Err(Error::InvalidRequest(format!(
@@ -120,10 +137,18 @@ impl Log {
     /// Name and partition errors; `unavailable`.
     pub async fn bounds(&self, topic: &str, partition: u32) -> Result<Bounds, Error> {
         let id = self.partition(topic, partition)?;
-        Ok(self
-            .call_existing(&id, partition::GetBounds)
-            .await?
-            .unwrap_or_default())
+        let here = || {
+            Box::pin(async {
+                Ok(self
+                    .call_existing(&id, partition::GetBounds)
+                    .await?
+                    .unwrap_or_default())
+            }) as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+        };
+        match self.spread() {
+            Some(spread) => spread.bounds(&id, here).await,
+            None => here().await,
+        }
     }
 
     /// A partition's load snapshot.

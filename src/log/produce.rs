@@ -58,7 +58,26 @@ impl Log {
                 load,
             });
         }
-        self.append_checked(&id, records).await
+        self.append_routed(&id, records).await
+    }
+
+    /// Appends a checked batch where partition `id` is served: here, or on the node of the
+    /// cluster that holds it.
+    async fn append_routed(
+        &self,
+        id: &PartitionId,
+        records: Vec<NewRecord>,
+    ) -> Result<Appended, Error> {
+        match self.spread() {
+            Some(spread) => {
+                let here = |records| {
+                    Box::pin(self.append_checked(id, records))
+                        as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+                };
+                spread.append(id, records, here).await
+            }
+            None => self.append_checked(id, records).await,
+        }
     }
 
     /// Why the store would refuse `records` for `topic`, asked before a partition is touched so
@@ -112,7 +131,7 @@ impl Log {
             let (partition, records) = (group.partition, std::mem::take(&mut group.records));
             async move {
                 let id = PartitionId::new(topic, partition)?;
-                Ok::<_, Error>(self.append_checked(&id, records).await?.outcome)
+                Ok::<_, Error>(self.append_routed(&id, records).await?.outcome)
             }
         });
         let outcomes = join_all(appends).await.into_iter();

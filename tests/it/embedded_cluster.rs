@@ -3,6 +3,7 @@
 //! and serves the log's REST routes beside its own. When its node must stop serving, the
 //! library tells the application and leaves it running.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::thread;
@@ -12,11 +13,12 @@ use actix_web::{App, HttpServer, web};
 use durability::cluster::StopReason;
 use durability::cold::S3Settings;
 use durability::config::{ColdKind, ReplicationKind};
-use durability::{Config, Log};
+use durability::{Config, Event, EventsOutcome, Log};
+use serde_json::Value;
 
 use crate::cluster::{
-    Etcd, LEASE_TTL_MS, Node, PARTITIONS, VOLUMES, append, free_port, one_cluster_at_a_time,
-    owners, read_all, volume_of, wait_for_balance, wait_for_owners,
+    Etcd, LEASE_TTL_MS, Node, PARTITIONS, TOPIC, VOLUMES, append, free_port, one_cluster_at_a_time,
+    owners, read_all, read_partition, volume_of, wait_for_balance, wait_for_owners,
 };
 use crate::common::process::request;
 use crate::common::{block_on, fresh_s3_bucket};
@@ -110,11 +112,7 @@ fn an_embedded_node_that_stops_serving_tells_its_application_and_lives_on() {
             let reason = log.stopped().await;
             let _ = reports.send(Report::Stopped(reason));
             let refused = log
-                .append(
-                    crate::cluster::TOPIC,
-                    0,
-                    vec![durability::store::NewRecord::new("{}")],
-                )
+                .append(TOPIC, 0, vec![durability::store::NewRecord::new("{}")])
                 .await;
             let code = refused.map_or_else(|err| err.code().to_string(), |_| "ok".to_owned());
             let _ = reports.send(Report::AppendAfterStop(code));
@@ -228,4 +226,188 @@ fn append_when_served(node: SocketAddr, partition: u32, key: &str) -> u64 {
         }
         thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// What the embedded node's typed calls answered, for the test to compare with REST.
+struct Answers {
+    /// Each event's partition and offset, in input order.
+    placed: Vec<(u32, u64)>,
+    /// The group's poll: each partition's records (offset, key) and next offset, in order.
+    polled: Vec<(Vec<(u64, String)>, u64)>,
+}
+
+/// One partition's page of a REST group poll, as `Answers::polled` holds it.
+fn rest_pages(body: &Value) -> Vec<(Vec<(u64, String)>, u64)> {
+    body["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .enumerate()
+        .map(|(n, entry)| {
+            assert_eq!(entry["partition"].as_u64(), Some(n as u64), "in order");
+            let records = entry["records"]
+                .as_array()
+                .expect("records")
+                .iter()
+                .map(|record| {
+                    let offset = record["offset"].as_u64().expect("an offset");
+                    (offset, record["key"].as_str().unwrap_or("").to_owned())
+                })
+                .collect();
+            (records, entry["nextOffset"].as_u64().expect("nextOffset"))
+        })
+        .collect()
+}
+
+/// An application embeds node `a` of a three-node cluster (`b` and `c` are server processes)
+/// and uses the typed `Log` alone: its keyed events land on every node's partitions, its
+/// group poll reads every partition wherever it is held, its group commit moves the cursors
+/// on every node, and its topic list names what the other nodes hold: each the same as the
+/// REST calls answer through the other nodes.
+#[test]
+fn an_embedded_node_polls_commits_produces_and_lists_across_the_cluster_as_rest_does() {
+    let _cluster = one_cluster_at_a_time();
+    let s3 = block_on(fresh_s3_bucket());
+    let etcd = Etcd::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
+        .parse()
+        .expect("an address");
+    let config = embedded_config(dir.path(), &s3, &s3.endpoint, &etcd.endpoint, "a", addr);
+    let (answers, answered) = mpsc::channel();
+    let (go, going) = tokio::sync::oneshot::channel::<()>();
+    let (commit, committing) = tokio::sync::oneshot::channel::<()>();
+    let (cursors, committed) = mpsc::channel();
+    let (finish, finishing) = tokio::sync::oneshot::channel::<()>();
+    let application = thread::spawn(move || {
+        actix_web::rt::System::new().block_on(async move {
+            let log = Log::open(config).expect("the embedded node opens");
+            let handle = serve_application(&log, addr);
+            let _ = going.await;
+            let events: Vec<Event> = (0..40)
+                .map(|n| Event {
+                    partition_key: format!("user-{n}"),
+                    key: Some(format!("e-{n}")),
+                    payload: format!("{{\"n\":{n}}}"),
+                })
+                .collect();
+            let placed = match log.append_events(TOPIC, events).await {
+                Ok(EventsOutcome::Appended(placed)) => placed,
+                other => panic!("the embedded node's events: {other:?}"),
+            };
+            let pages = log
+                .poll(TOPIC, "billing", None, Duration::ZERO)
+                .await
+                .expect("the embedded node's poll");
+            let polled = pages
+                .iter()
+                .map(|page| {
+                    let records = page
+                        .records
+                        .iter()
+                        .map(|record| (record.offset, record.key.clone().unwrap_or_default()))
+                        .collect();
+                    (records, page.next_offset)
+                })
+                .collect();
+            let _ = answers.send(Answers { placed, polled });
+            let _ = committing.await;
+            let offsets: BTreeMap<u32, u64> = (0..)
+                .zip(&pages)
+                .map(|(partition, page)| (partition, page.next_offset))
+                .collect();
+            let done = log.commit_many(TOPIC, "billing", &offsets).await;
+            let topics = log.topics_page(None, None).await;
+            let _ = cursors.send((
+                offsets,
+                done.map_err(|err| err.to_string()),
+                topics.map_err(|err| err.to_string()),
+            ));
+            // Serving on while the test asks the other nodes, which ask this one.
+            let _ = finishing.await;
+            handle.stop(false).await;
+            log.shutdown().await.expect("the log shuts down");
+        });
+    });
+    let (b, c) = (Node::start("b", &etcd, &s3), Node::start("c", &etcd, &s3));
+    let view = wait_for_balance(b.addr(), 3);
+    let holders: std::collections::BTreeSet<String> = (0..PARTITIONS)
+        .filter_map(|partition| owners(&view).get(&volume_of(partition)).cloned())
+        .collect();
+    assert_eq!(
+        holders.len(),
+        3,
+        "every node holds some of the partitions: {view}"
+    );
+    // Every node serves once it has taken its volumes.
+    for partition in 0..PARTITIONS {
+        append_when_served(addr, partition, &format!("warm-up-{partition}"));
+    }
+    let _ = go.send(());
+
+    let Answers { placed, polled } = answered
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the embedded node's answers");
+    assert_eq!(placed.len(), 40);
+    for (n, (partition, offset)) in placed.iter().enumerate() {
+        let held = read_partition(c.addr(), TOPIC, *partition);
+        let record = held
+            .iter()
+            .find(|record| record["offset"].as_u64() == Some(*offset))
+            .unwrap_or_else(|| panic!("e-{n} at {offset} of partition {partition}"));
+        assert_eq!(record["key"].as_str(), Some(format!("e-{n}").as_str()));
+    }
+    let poll = format!("/topics/{TOPIC}/groups/billing/poll");
+    let (status, body) = request(b.addr(), "GET", &poll, None).expect("b's poll");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        polled,
+        rest_pages(&body),
+        "the typed poll answers as REST does"
+    );
+    assert!(
+        polled
+            .iter()
+            .map(|(records, _)| records.len())
+            .sum::<usize>()
+            >= 40
+    );
+
+    let _ = commit.send(());
+    let (offsets, done, topics) = committed
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the embedded node's commit");
+    assert_eq!(
+        done,
+        Ok(offsets.clone()),
+        "every partition's cursor, wherever held"
+    );
+    let (status, body) = request(c.addr(), "GET", &poll, None).expect("c's poll");
+    assert_eq!(status, 200, "{body}");
+    for (partition, (records, next)) in rest_pages(&body).into_iter().enumerate() {
+        assert!(
+            records.is_empty(),
+            "partition {partition} read past the cursor"
+        );
+        assert_eq!(next, offsets[&(partition as u32)], "partition {partition}");
+    }
+    let (status, body) = request(b.addr(), "GET", "/topics", None).expect("b's topics");
+    assert_eq!(status, 200, "{body}");
+    let topics = topics.expect("the embedded node's topics");
+    let typed: Vec<&str> = topics
+        .topics
+        .iter()
+        .map(|topic| topic.name.as_str())
+        .collect();
+    let rest: Vec<&str> = body["topics"]
+        .as_array()
+        .expect("topics")
+        .iter()
+        .filter_map(|topic| topic["name"].as_str())
+        .collect();
+    assert_eq!(typed, rest, "the typed topic list answers as REST does");
+    assert_eq!(typed, [TOPIC]);
+    let _ = finish.send(());
+    application.join().expect("the application ends");
+    drop((b, c));
 }

@@ -1,0 +1,340 @@
+//! The typed seam between nodes: one call per operation a node asks of another, with typed
+//! answers and a typed [`PeerError`]. [`Log`](crate::Log) fans its cluster-wide operations out
+//! through [`Peers`] (see `log/spread.rs`), so an embedded `Log` and the REST server behave
+//! alike; [`HttpPeers`] speaks the other nodes' REST API, with the JSON shapes of
+//! [`crate::wire`].
+//!
+//! A call carries [`FORWARDED`]: the node it reaches serves it from the partitions it holds and
+//! never asks a third node, or answers `421 not_owner` ([`PeerError::NotOwner`]) for a
+//! partition it does not hold (any more).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
+
+use crate::error::ErrorCode;
+use crate::load::LoadSnapshot;
+use crate::log::{Bounds, NewRecord, Page, TopicInfo, TopicsPage};
+use crate::wire;
+
+/// Marks a request one node sends another: it is served here, never passed on.
+pub const FORWARDED: &str = "x-durability-forwarded";
+
+/// Longest wait for a peer's answer beyond its own long-poll wait.
+const ANSWER_MARGIN: Duration = Duration::from_secs(10);
+
+/// Longest wait for a connection to another node: on one network, a node that does not answer
+/// by then is away.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Why a call to another node failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PeerError {
+    /// The node does not hold what it was asked for (its volume moved): read the owners again.
+    #[error("{node} does not hold what it was asked for now")]
+    NotOwner {
+        /// The node's URL.
+        node: String,
+    },
+    /// The node did not answer, or its answer could not be read: the call may have been
+    /// applied.
+    #[error("{node} did not answer: {reason}")]
+    Unreachable {
+        /// The node's URL.
+        node: String,
+        /// What failed.
+        reason: String,
+    },
+    /// No node holds the partition's volume now (its owner failed and another is taking it):
+    /// retry shortly.
+    #[error("volume {volume}, which holds this partition, has no reachable owner now")]
+    NoOwner {
+        /// The volume.
+        volume: usize,
+    },
+    /// The node refused, with its REST API's error (its code, message and details: the
+    /// offsets of a `log_truncated`, say), which is the caller's answer too.
+    #[error("{}", .0.message)]
+    Refused(wire::ErrorDetail),
+}
+
+impl PeerError {
+    /// The code a caller is answered: the peer's own, or `unavailable` when it did not answer
+    /// or no longer holds the partitions (a volume is moving: retry shortly).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Refused(error) => error.code,
+            Self::NotOwner { .. } | Self::Unreachable { .. } | Self::NoOwner { .. } => {
+                ErrorCode::Unavailable
+            }
+        }
+    }
+}
+
+/// What a call to another node answers, once it does.
+pub type PeerFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, PeerError>> + Send + 'a>>;
+
+/// The operations one node asks of another, each served by the other node from the partitions
+/// it holds. `node` is the other node's URL, as it registered.
+pub trait Peers: Send + Sync {
+    /// Appends `records`, one atomic batch, to partition `partition` of `topic`: their offsets,
+    /// and the partition's load after the append.
+    fn append<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        records: &'a [NewRecord],
+    ) -> PeerFuture<'a, (Vec<u64>, LoadSnapshot)>;
+
+    /// Polls `group` on the partitions of `topic` the node holds, up to `limit` records each,
+    /// waiting up to `wait` for records: each partition's page.
+    fn poll<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        group: &'a str,
+        limit: Option<usize>,
+        wait: Duration,
+    ) -> PeerFuture<'a, Vec<(u32, Page)>>;
+
+    /// Commits `group`'s `offsets` (partition → offset) of `topic`, all held by the node: each
+    /// partition's cursor in effect.
+    fn commit<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        group: &'a str,
+        offsets: &'a BTreeMap<u32, u64>,
+    ) -> PeerFuture<'a, BTreeMap<u32, u64>>;
+
+    /// Partition `partition` of `topic`'s bounds.
+    fn bounds<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+    ) -> PeerFuture<'a, Bounds>;
+
+    /// A page of the topics of the volumes the node holds (see
+    /// [`Log::topics_page`](crate::Log::topics_page)).
+    fn topics<'a>(
+        &'a self,
+        node: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> PeerFuture<'a, TopicsPage>;
+}
+
+/// [`Peers`] over the other nodes' REST API, with connections reused across calls.
+#[derive(Debug, Clone)]
+pub struct HttpPeers {
+    client: reqwest::Client,
+    /// The cluster's bearer token (`server.auth_token`), if it has one.
+    token: Option<String>,
+}
+
+impl HttpPeers {
+    /// Peers whose calls wait at most `max_wait` (the longest long-poll) plus a margin, with
+    /// the cluster's bearer `token` (empty: none).
+    ///
+    /// # Panics
+    /// When no HTTP client can be built (the platform has no TLS backend it needs).
+    pub fn new(max_wait: Duration, token: &str) -> Self {
+        let client = reqwest::Client::builder()
+            .timeout(max_wait + ANSWER_MARGIN)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_max_idle_per_host(64)
+            .build()
+            .expect("a plain HTTP client builds");
+        Self {
+            client,
+            token: (!token.is_empty()).then(|| token.to_owned()),
+        }
+    }
+
+    /// Sends `request` to `node` and reads its answer as `T` when it has status `expected`.
+    async fn call<T: DeserializeOwned>(
+        &self,
+        node: &str,
+        request: reqwest::RequestBuilder,
+        expected: u16,
+    ) -> Result<T, PeerError> {
+        let mut request = request.header(FORWARDED, "1");
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let unreachable = |reason: String| PeerError::Unreachable {
+            node: node.to_owned(),
+            reason,
+        };
+        let answer = request
+            .send()
+            .await
+            .map_err(|err| unreachable(crate::error::with_causes(&err)))?;
+        let status = answer.status().as_u16();
+        let body = answer
+            .bytes()
+            .await
+            .map_err(|err| unreachable(crate::error::with_causes(&err)))?;
+        if status == expected {
+            return serde_json::from_slice(&body)
+                .map_err(|err| unreachable(format!("an unreadable answer: {err}")));
+        }
+        Err(refusal(node, status, &body))
+    }
+
+    fn url(node: &str, path: &str) -> String {
+        format!("{}{path}", node.trim_end_matches('/'))
+    }
+}
+
+/// A `POST` of `body` as JSON.
+fn json_post(
+    client: &reqwest::Client,
+    url: &str,
+    body: &impl serde::Serialize,
+) -> reqwest::RequestBuilder {
+    client
+        .post(url)
+        .header(reqwest::header::CONTENT_TYPE, "application/json")
+        .body(serde_json::to_vec(body).expect("a request body serializes"))
+}
+
+/// The error of a peer's answer with `status` and `body`.
+fn refusal(node: &str, status: u16, body: &[u8]) -> PeerError {
+    let error: Option<wire::ErrorBody> = serde_json::from_slice(body).ok();
+    match error.map(|answer| answer.error) {
+        Some(error) if error.code == ErrorCode::NotOwner => PeerError::NotOwner {
+            node: node.to_owned(),
+        },
+        Some(error) => PeerError::Refused(error),
+        None => PeerError::Unreachable {
+            node: node.to_owned(),
+            reason: format!("answered {status}: {}", String::from_utf8_lossy(body)),
+        },
+    }
+}
+
+impl Peers for HttpPeers {
+    fn append<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        records: &'a [NewRecord],
+    ) -> PeerFuture<'a, (Vec<u64>, LoadSnapshot)> {
+        Box::pin(async move {
+            let body = records
+                .iter()
+                .map(|record| {
+                    let payload: &RawValue =
+                        serde_json::from_str(&record.payload).map_err(|err| {
+                            PeerError::Refused(wire::ErrorDetail::new(
+                                ErrorCode::InvalidRequest,
+                                format!(
+                                    "a partition held by another node takes JSON payloads \
+                                     only: {err}"
+                                ),
+                            ))
+                        })?;
+                    Ok(wire::RecordOut {
+                        payload,
+                        key: record.key.as_deref(),
+                    })
+                })
+                .collect::<Result<Vec<_>, PeerError>>()?;
+            let path = format!("/topics/{topic}/partitions/{partition}/records");
+            let request = json_post(&self.client, &Self::url(node, &path), &body);
+            let appended: wire::AppendedOffsets = self.call(node, request, 202).await?;
+            Ok((appended.offsets, appended.load))
+        })
+    }
+
+    fn poll<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        group: &'a str,
+        limit: Option<usize>,
+        wait: Duration,
+    ) -> PeerFuture<'a, Vec<(u32, Page)>> {
+        Box::pin(async move {
+            let mut query = vec![("waitMs", wait.as_millis().to_string())];
+            if let Some(limit) = limit {
+                query.push(("limit", limit.to_string()));
+            }
+            let path = format!("/topics/{topic}/groups/{group}/poll");
+            let request = self.client.get(Self::url(node, &path)).query(&query);
+            let polled: wire::GroupPoll = self.call(node, request, 200).await?;
+            Ok(polled
+                .partitions
+                .into_iter()
+                .map(|entry| (entry.partition, entry.page.into()))
+                .collect())
+        })
+    }
+
+    fn commit<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        group: &'a str,
+        offsets: &'a BTreeMap<u32, u64>,
+    ) -> PeerFuture<'a, BTreeMap<u32, u64>> {
+        Box::pin(async move {
+            let path = format!("/topics/{topic}/groups/{group}/commit");
+            let body = wire::CommitOffsets {
+                offsets: offsets.clone(),
+            };
+            let request = json_post(&self.client, &Self::url(node, &path), &body);
+            let committed: wire::CommittedCursors = self.call(node, request, 200).await?;
+            Ok(committed.cursors)
+        })
+    }
+
+    fn bounds<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+    ) -> PeerFuture<'a, Bounds> {
+        Box::pin(async move {
+            let path = format!("/topics/{topic}/partitions/{partition}/bounds");
+            let request = self.client.get(Self::url(node, &path));
+            let bounds: wire::Bounds = self.call(node, request, 200).await?;
+            Ok(bounds.into())
+        })
+    }
+
+    fn topics<'a>(
+        &'a self,
+        node: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> PeerFuture<'a, TopicsPage> {
+        Box::pin(async move {
+            let mut query = vec![("limit", limit.to_string())];
+            if let Some(after) = after {
+                query.push(("after", after.to_owned()));
+            }
+            let request = self.client.get(Self::url(node, "/topics")).query(&query);
+            let page: wire::Topics = self.call(node, request, 200).await?;
+            Ok(TopicsPage {
+                topics: page
+                    .topics
+                    .into_iter()
+                    .map(|topic| TopicInfo {
+                        name: topic.name,
+                        partitions: topic.partitions,
+                    })
+                    .collect(),
+                next: page.next,
+            })
+        })
+    }
+}
