@@ -65,10 +65,9 @@
 //!   and says why ([`Log::stopped`], [`cluster::StopReason`]), and the application decides
 //!   what follows. [`cluster::peer`] is the typed seam between nodes: [`Log`] reaches the
 //!   partitions other nodes hold through its [`Peers`](cluster::peer::Peers) (appends, keyed
-//!   events, group polls and commits, bounds, the topic list: `log/spread.rs`), so an embedded
-//!   `Log` answers as the server does; [`http`] proxies a partition's own requests to its
-//!   owner (`forward.rs`) and still fans out a topic's description and topic-wide lease claims
-//!   (`spread.rs`).
+//!   events, group polls and commits, bounds, leases, a topic's description, the topic list:
+//!   `log/spread.rs`), so an embedded `Log` answers as the server does, and [`http`] only
+//!   proxies a partition's own requests to its owner (`forward.rs`).
 //! - [`wire`]: the JSON shapes nodes and clients exchange, written by [`http`] and read by
 //!   [`cluster::peer`].
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a

@@ -237,6 +237,64 @@ pub struct AppendedOffsets {
     pub load: LoadSnapshot,
 }
 
+/// `200` of a partition's lease claim: a range held by the caller until `expiresAt`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Lease {
+    /// Identifies this delivery: ack, nack or extend with it.
+    pub batch_id: String,
+    /// The consumer group.
+    pub group: String,
+    /// The range's first offset.
+    pub first_offset: u64,
+    /// The range's last offset (inclusive).
+    pub last_offset: u64,
+    /// Deliveries of this range so far, this one included.
+    pub attempt: u32,
+    /// When the hold ends, in ms since the Unix epoch.
+    pub expires_at: i64,
+    /// The range's records, in offset order.
+    pub records: Vec<RecordJson>,
+}
+
+impl From<crate::log::Lease> for Lease {
+    fn from(lease: crate::log::Lease) -> Self {
+        Self {
+            batch_id: lease.batch_id,
+            group: lease.group,
+            first_offset: lease.first_offset,
+            last_offset: lease.last_offset,
+            attempt: lease.attempt,
+            expires_at: lease.expires_at,
+            records: records_json(lease.records),
+        }
+    }
+}
+
+/// One partition in `GET /topics/{topic}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionDetail {
+    /// The partition.
+    pub partition: u32,
+    /// Its offsets.
+    #[serde(flatten)]
+    pub bounds: Bounds,
+    /// Every consumer group's cursor, by group name.
+    pub cursors: BTreeMap<String, u64>,
+    /// `nextOffset` minus the slowest cursor (0 with no cursors).
+    pub pending_deliveries: u64,
+}
+
+/// `200` of `GET /topics/{topic}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TopicDetail {
+    /// The topic's name.
+    pub name: String,
+    /// Every partition `0..partitionCount-1`, in order. Partitions never written show zeros.
+    pub partitions: Vec<PartitionDetail>,
+}
+
 impl From<RecordJson> for crate::log::Record {
     fn from(record: RecordJson) -> Self {
         Self {
@@ -288,4 +346,44 @@ pub struct RecordOut<'a> {
     /// Its deduplication key, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<&'a str>,
+}
+
+impl From<Lease> for crate::log::Lease {
+    fn from(lease: Lease) -> Self {
+        Self {
+            batch_id: lease.batch_id,
+            group: lease.group,
+            first_offset: lease.first_offset,
+            last_offset: lease.last_offset,
+            attempt: lease.attempt,
+            expires_at: lease.expires_at,
+            records: lease
+                .records
+                .into_iter()
+                .map(crate::log::Record::from)
+                .collect(),
+        }
+    }
+}
+
+impl From<crate::log::PartitionDetail> for PartitionDetail {
+    fn from(detail: crate::log::PartitionDetail) -> Self {
+        Self {
+            partition: detail.partition,
+            bounds: detail.bounds.into(),
+            cursors: detail.cursors,
+            pending_deliveries: detail.pending_deliveries,
+        }
+    }
+}
+
+impl From<PartitionDetail> for crate::log::PartitionDetail {
+    fn from(detail: PartitionDetail) -> Self {
+        Self {
+            partition: detail.partition,
+            bounds: detail.bounds.into(),
+            cursors: detail.cursors,
+            pending_deliveries: detail.pending_deliveries,
+        }
+    }
 }

@@ -18,7 +18,7 @@ use serde_json::value::RawValue;
 
 use crate::error::ErrorCode;
 use crate::load::LoadSnapshot;
-use crate::log::{Bounds, NewRecord, Page, TopicInfo, TopicsPage};
+use crate::log::{Bounds, Lease, NewRecord, Page, PartitionDetail, TopicInfo, TopicsPage};
 use crate::wire;
 
 /// Marks a request one node sends another: it is served here, never passed on.
@@ -120,6 +120,24 @@ pub trait Peers: Send + Sync {
         partition: u32,
     ) -> PeerFuture<'a, Bounds>;
 
+    /// Leases `group`'s next range of partition `partition` of `topic`, up to `limit` records;
+    /// `None` when nothing is available now.
+    fn lease<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        group: &'a str,
+        limit: Option<usize>,
+    ) -> PeerFuture<'a, Option<Lease>>;
+
+    /// The bounds, cursors and backlog of the partitions of `topic` the node holds.
+    fn describe<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+    ) -> PeerFuture<'a, Vec<PartitionDetail>>;
+
     /// A page of the topics of the volumes the node holds (see
     /// [`Log::topics_page`](crate::Log::topics_page)).
     fn topics<'a>(
@@ -164,6 +182,21 @@ impl HttpPeers {
         request: reqwest::RequestBuilder,
         expected: u16,
     ) -> Result<T, PeerError> {
+        self.call_or_none(node, request, expected)
+            .await?
+            .ok_or_else(|| PeerError::Unreachable {
+                node: node.to_owned(),
+                reason: "answered 204, no content".into(),
+            })
+    }
+
+    /// [`HttpPeers::call`], answering `None` for a `204 No Content`.
+    async fn call_or_none<T: DeserializeOwned>(
+        &self,
+        node: &str,
+        request: reqwest::RequestBuilder,
+        expected: u16,
+    ) -> Result<Option<T>, PeerError> {
         let mut request = request.header(FORWARDED, "1");
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
@@ -181,8 +214,12 @@ impl HttpPeers {
             .bytes()
             .await
             .map_err(|err| unreachable(crate::error::with_causes(&err)))?;
+        if status == 204 {
+            return Ok(None);
+        }
         if status == expected {
             return serde_json::from_slice(&body)
+                .map(Some)
                 .map_err(|err| unreachable(format!("an unreadable answer: {err}")));
         }
         Err(refusal(node, status, &body))
@@ -308,6 +345,43 @@ impl Peers for HttpPeers {
             let request = self.client.get(Self::url(node, &path));
             let bounds: wire::Bounds = self.call(node, request, 200).await?;
             Ok(bounds.into())
+        })
+    }
+
+    fn lease<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        group: &'a str,
+        limit: Option<usize>,
+    ) -> PeerFuture<'a, Option<Lease>> {
+        Box::pin(async move {
+            let path = format!("/topics/{topic}/partitions/{partition}/groups/{group}/leases");
+            let mut request = self.client.post(Self::url(node, &path));
+            if let Some(limit) = limit {
+                request = request.query(&[("limit", limit)]);
+            }
+            let lease: Option<wire::Lease> = self.call_or_none(node, request, 200).await?;
+            Ok(lease.map(Lease::from))
+        })
+    }
+
+    fn describe<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+    ) -> PeerFuture<'a, Vec<PartitionDetail>> {
+        Box::pin(async move {
+            let request = self
+                .client
+                .get(Self::url(node, &format!("/topics/{topic}")));
+            let described: wire::TopicDetail = self.call(node, request, 200).await?;
+            Ok(described
+                .partitions
+                .into_iter()
+                .map(PartitionDetail::from)
+                .collect())
         })
     }
 

@@ -9,44 +9,9 @@ use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 use super::error::ErrorBody;
 use super::params;
 use super::request::{Integer, Query, optional_json_body, partition};
-use super::spread::Spread;
 use super::{ApiError, HttpState};
 use crate::log::{self, LeaseState};
-use crate::wire::{RecordJson, records_json};
-
-/// `200` of a partition's lease claim: a range held by the caller until `expiresAt`.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct Lease {
-    /// Identifies this delivery: ack, nack or extend with it.
-    batch_id: String,
-    /// The consumer group.
-    group: String,
-    /// The range's first offset.
-    first_offset: u64,
-    /// The range's last offset (inclusive).
-    last_offset: u64,
-    /// Deliveries of this range so far, this one included.
-    attempt: u32,
-    /// When the hold ends, in ms since the Unix epoch.
-    expires_at: i64,
-    /// The range's records, in offset order.
-    records: Vec<RecordJson>,
-}
-
-impl From<log::Lease> for Lease {
-    fn from(lease: log::Lease) -> Self {
-        Self {
-            batch_id: lease.batch_id,
-            group: lease.group,
-            first_offset: lease.first_offset,
-            last_offset: lease.last_offset,
-            attempt: lease.attempt,
-            expires_at: lease.expires_at,
-            records: records_json(lease.records),
-        }
-    }
-}
+use crate::wire::Lease;
 
 /// `200` of a topic-wide lease claim: a `Lease` plus its partition.
 #[derive(Serialize, ToSchema)]
@@ -191,27 +156,6 @@ pub async fn claim_any(
 ) -> Result<HttpResponse, ApiError> {
     let (topic, group) = path.into_inner();
     let limit = Query::parse(request.query_string())?.limit()?;
-    if let Some(spread) = Spread::of(&state, &request) {
-        let partitions = state.log.partitions(&topic)?;
-        let here = async |partition| {
-            let lease = state.log.lease(&topic, partition, &group, limit).await?;
-            let lease = lease.map(|lease| {
-                let lease = PartitionLease {
-                    lease: lease.into(),
-                    partition,
-                };
-                serde_json::to_value(lease).expect("a lease serializes")
-            });
-            Ok::<_, ApiError>(lease)
-        };
-        return Ok(
-            match spread.lease_any(&topic, &group, partitions, here).await? {
-                Ok(Some(lease)) => HttpResponse::Ok().json(lease),
-                Ok(None) => HttpResponse::NoContent().finish(),
-                Err(answer) => answer.into_response(),
-            },
-        );
-    }
     match state.log.lease_any(&topic, &group, limit).await? {
         Some((partition, lease)) => Ok(HttpResponse::Ok().json(PartitionLease {
             lease: lease.into(),

@@ -16,7 +16,6 @@ mod operations;
 mod params;
 mod produce;
 pub(crate) mod request;
-mod spread;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};

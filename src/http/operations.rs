@@ -1,7 +1,5 @@
 //! Operations: bounds, load, trim, cold forget, topics, health.
 
-use std::collections::BTreeMap;
-
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -10,9 +8,8 @@ use super::error::ErrorBody;
 use super::forward::forwarded;
 use super::params;
 use super::request::{Integer, Query, json_body, offset, partition};
-use super::spread::Spread;
 use super::{ApiError, HttpState};
-use crate::wire::{Bounds, TopicSummary, Topics};
+use crate::wire::{Bounds, PartitionDetail, TopicDetail, TopicSummary, Topics};
 
 /// `200` of `GET /healthz`.
 #[derive(Serialize, ToSchema)]
@@ -34,30 +31,6 @@ struct Trimmed {
 struct Forgotten {
     /// How many cold segments were forgotten.
     forgotten: u64,
-}
-
-/// One partition in `GET /topics/{topic}`.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct PartitionDetail {
-    /// The partition.
-    partition: u32,
-    /// Its offsets.
-    #[serde(flatten)]
-    bounds: Bounds,
-    /// Every consumer group's cursor, by group name.
-    cursors: BTreeMap<String, u64>,
-    /// `nextOffset` minus the slowest cursor (0 with no cursors).
-    pending_deliveries: u64,
-}
-
-/// `200` of `GET /topics/{topic}`.
-#[derive(Serialize, ToSchema)]
-struct TopicDetail {
-    /// The topic's name.
-    name: String,
-    /// Every partition `0..partitionCount-1`, in order. Partitions never written show zeros.
-    partitions: Vec<PartitionDetail>,
 }
 
 /// `GET /cluster`: the members of this node's cluster, the volumes each owns, and what is
@@ -277,30 +250,14 @@ pub async fn topic(
     topic: web::Path<String>,
     request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
-    let partitions = state.log.partitions(&topic)?;
-    let describe = async |held: Vec<u32>| {
-        let details = state.log.describe_partitions(&topic, &held).await?;
-        let details = details.into_iter().map(|detail| {
-            let detail = PartitionDetail {
-                partition: detail.partition,
-                bounds: detail.bounds.into(),
-                cursors: detail.cursors,
-                pending_deliveries: detail.pending_deliveries,
-            };
-            serde_json::to_value(detail).expect("a partition serializes")
-        });
-        Ok::<_, ApiError>(details.collect::<Vec<_>>())
+    // A node of the cluster describes the partitions held here only.
+    let details = if forwarded(&request) {
+        state.log.describe_held(&topic).await?
+    } else {
+        state.log.describe_topic(&topic).await?
     };
-    let partitions = match Spread::of(&state, &request) {
-        Some(spread) if spread.forwarded() => describe(spread.held(&topic, 0..partitions)).await?,
-        Some(spread) => match spread.gather(&topic, partitions, describe).await? {
-            Ok(entries) => entries,
-            Err(answer) => return Ok(answer.into_response()),
-        },
-        None => describe((0..partitions).collect()).await?,
-    };
-    Ok(HttpResponse::Ok().json(serde_json::json!({
-        "name": topic.into_inner(),
-        "partitions": partitions,
-    })))
+    Ok(HttpResponse::Ok().json(TopicDetail {
+        name: topic.into_inner(),
+        partitions: details.into_iter().map(PartitionDetail::from).collect(),
+    }))
 }

@@ -22,17 +22,26 @@ impl Log {
         limit: Option<usize>,
     ) -> Result<Option<Lease>, Error> {
         let id = self.leasing_partition(topic, partition, group)?;
-        let lease = partition::ClaimLease {
-            group: group.to_owned(),
-            limit,
+        let here = || {
+            let lease = partition::ClaimLease {
+                group: group.to_owned(),
+                limit,
+            };
+            let id = &id;
+            Box::pin(async move {
+                match self.call_existing(id, lease).await? {
+                    Some(lease) => Ok(lease),
+                    // Never written: nothing to lease, once the limit passes the store's rule.
+                    None => {
+                        page_limit(limit, self.inner.config.topic_log(topic).max_batch_size)?;
+                        Ok(None)
+                    }
+                }
+            }) as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
         };
-        match self.call_existing(&id, lease).await? {
-            Some(lease) => Ok(lease),
-            // Never written: nothing to lease, once the limit passes the store's rule.
-            None => {
-                page_limit(limit, self.inner.config.topic_log(topic).max_batch_size)?;
-                Ok(None)
-            }
+        match self.spread() {
+            Some(spread) => spread.lease(&id, group, limit, here).await,
+            None => here().await,
         }
     }
 

@@ -228,8 +228,28 @@ impl Log {
     /// # Errors
     /// Name errors; `unavailable`.
     pub async fn describe_topic(&self, topic: &str) -> Result<Vec<PartitionDetail>, Error> {
-        let partitions: Vec<u32> = (0..self.partitions(topic)?).collect();
-        self.describe_partitions(topic, &partitions).await
+        let count = self.partitions(topic)?;
+        let Some(spread) = self.spread() else {
+            let partitions: Vec<u32> = (0..count).collect();
+            return self.describe_partitions(topic, &partitions).await;
+        };
+        let here = |held: Vec<u32>| {
+            Box::pin(async move { self.describe_partitions(topic, &held).await })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+        };
+        spread.describe(topic, count, here).await
+    }
+
+    /// [`describe_topic`](Self::describe_topic) of the partitions this node holds only: what
+    /// a cluster's node answers another.
+    ///
+    /// # Errors
+    /// As [`describe_topic`](Self::describe_topic).
+    pub(crate) async fn describe_held(&self, topic: &str) -> Result<Vec<PartitionDetail>, Error> {
+        let held: Vec<u32> = (0..self.partitions(topic)?)
+            .filter(|&partition| self.holds(topic, partition))
+            .collect();
+        self.describe_partitions(topic, &held).await
     }
 
     /// [`describe_topic`](Self::describe_topic) of `partitions` only, in the order given (a

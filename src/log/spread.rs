@@ -27,9 +27,9 @@ use crate::cluster::{Cluster, Route};
 use crate::error::Error;
 use crate::names::PartitionId;
 use crate::partition::Appended;
-use crate::store::{AppendOutcome, Bounds, NewRecord, Page, check_offset};
+use crate::store::{AppendOutcome, Bounds, Lease, NewRecord, Page, check_offset};
 
-use super::TopicsPage;
+use super::{PartitionDetail, TopicsPage};
 
 /// Where a partition is served from, as this node sees it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -158,6 +158,73 @@ impl Spread<'_> {
             }
         })
         .await
+    }
+
+    /// Leases `group`'s next range of partition `id` where it is served (`here`: this node).
+    pub async fn lease<'h>(
+        &self,
+        id: &PartitionId,
+        group: &str,
+        limit: Option<usize>,
+        here: impl Fn() -> Here<'h, Option<Lease>>,
+    ) -> Result<Option<Lease>, Error> {
+        self.at_owner(id, |place| match place {
+            Place::Here => here(),
+            Place::At(node) => Box::pin(async move {
+                Ok(self
+                    .peers
+                    .lease(&node, id.topic(), id.index(), group, limit)
+                    .await?)
+            }),
+        })
+        .await
+    }
+
+    /// Every partition `0..partitions` of `topic` described where it is held (`here`: the
+    /// partitions held here), in order; when a node answered for other partitions than this
+    /// node believes it holds, the owners are read again and every node asked once more.
+    pub async fn describe<'h>(
+        &self,
+        topic: &str,
+        partitions: u32,
+        here: impl Fn(Vec<u32>) -> Here<'h, Vec<PartitionDetail>>,
+    ) -> Result<Vec<PartitionDetail>, Error> {
+        match self.describe_once(topic, partitions, &here).await {
+            Err(Error::Peer(PeerError::NotOwner { .. })) => {
+                self.placement.refresh().await;
+                self.describe_once(topic, partitions, &here).await
+            }
+            described => described,
+        }
+    }
+
+    async fn describe_once<'h>(
+        &self,
+        topic: &str,
+        partitions: u32,
+        here: &impl Fn(Vec<u32>) -> Here<'h, Vec<PartitionDetail>>,
+    ) -> Result<Vec<PartitionDetail>, Error> {
+        let places = self.places(topic, 0..partitions)?;
+        let asked = places.iter().map(|(place, held)| async move {
+            let details = match place {
+                Place::Here => here(held.clone()).await?,
+                Place::At(node) => self.peers.describe(node, topic).await?,
+            };
+            let answered: Vec<u32> = details.iter().map(|detail| detail.partition).collect();
+            match place {
+                Place::At(node) if answered != *held => {
+                    Err(Error::Peer(PeerError::NotOwner { node: node.clone() }))
+                }
+                _ => Ok(details),
+            }
+        });
+        let mut details: Vec<PartitionDetail> = futures_util::future::try_join_all(asked)
+            .await?
+            .into_iter()
+            .flatten()
+            .collect();
+        details.sort_by_key(|detail| detail.partition);
+        Ok(details)
     }
 
     /// A group poll of every partition `0..partitions` of `topic` (see the module docs): one
@@ -521,6 +588,45 @@ mod tests {
             })
         }
 
+        fn lease<'a>(
+            &'a self,
+            node: &'a str,
+            _: &'a str,
+            partition: u32,
+            _: &'a str,
+            _: Option<usize>,
+        ) -> crate::cluster::peer::PeerFuture<'a, Option<Lease>> {
+            lock(&self.calls).push(format!("{node} lease {partition}"));
+            Box::pin(async move {
+                self.holding(node, Some(partition))?;
+                Ok(None)
+            })
+        }
+
+        fn describe<'a>(
+            &'a self,
+            node: &'a str,
+            _: &'a str,
+        ) -> crate::cluster::peer::PeerFuture<'a, Vec<PartitionDetail>> {
+            lock(&self.calls).push(format!("{node} describe"));
+            Box::pin(async move {
+                Ok(self
+                    .holding(node, None)?
+                    .into_iter()
+                    .map(|(partition, (next_offset, cursor))| PartitionDetail {
+                        partition,
+                        bounds: Bounds {
+                            oldest_offset: 0,
+                            hot_offset: 0,
+                            next_offset,
+                        },
+                        cursors: [("g".to_owned(), cursor)].into_iter().collect(),
+                        pending_deliveries: next_offset - cursor,
+                    })
+                    .collect())
+            })
+        }
+
         fn topics<'a>(
             &'a self,
             node: &'a str,
@@ -679,6 +785,47 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code(), ErrorCode::Unavailable, "{err}");
+    }
+
+    /// A topic's description gathers every partition from where it is held, in order; a node
+    /// answering for partitions this node did not expect makes it read the owners again.
+    #[actix::test]
+    async fn a_description_gathers_every_partition_from_its_node() {
+        let mut places = Places::new(&[(0, Place::Here), (1, at("b")), (2, at("b"))]);
+        places.after_refresh = Some(
+            [(0, Place::Here), (1, at("b")), (2, at("c"))]
+                .into_iter()
+                .collect(),
+        );
+        let nodes = Nodes::with(&[("b", 1, 4), ("c", 2, 9)]);
+        let spread = Spread {
+            placement: &places,
+            peers: &nodes,
+        };
+        let here = |held: Vec<u32>| {
+            Box::pin(async move {
+                Ok(held
+                    .into_iter()
+                    .map(|partition| PartitionDetail {
+                        partition,
+                        bounds: Bounds::default(),
+                        cursors: BTreeMap::new(),
+                        pending_deliveries: 0,
+                    })
+                    .collect())
+            }) as Here<'_, Vec<PartitionDetail>>
+        };
+        let details = spread.describe(TOPIC, 3, here).await.unwrap();
+        let next: Vec<(u32, u64)> = details
+            .iter()
+            .map(|detail| (detail.partition, detail.bounds.next_offset))
+            .collect();
+        assert_eq!(next, [(0, 0), (1, 4), (2, 9)]);
+        assert_eq!(
+            *lock(&places.refreshes),
+            1,
+            "b answered for 1 only: read again"
+        );
     }
 
     /// The topic list merges this node's page with every other node's, by name, once each.
