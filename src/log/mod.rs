@@ -323,6 +323,12 @@ impl Log {
         self.inner.replica_counters.clone()
     }
 
+    /// The threads that run the volumes' committers, shared by every volume: how many run, and
+    /// how many run a commit now.
+    pub fn committers(&self) -> crate::store::CommitterPool {
+        self.inner.volumes.committers()
+    }
+
     /// What the background scrub of the volumes did since the log opened.
     pub fn scrub_counters(&self) -> Arc<ScrubCounters> {
         self.inner.volumes.scrub_counters()

@@ -162,6 +162,22 @@ impl CommitQueue {
         Next::Group(std::mem::take(&mut state.shares))
     }
 
+    /// Ends a step of the committer that found the volume's writer held by another write (see
+    /// `volume/committer.rs`): the shares it took (`group`) go back to the front of the queue,
+    /// and nothing is scheduled until [`CommitQueue::wake`] (which that write calls once it
+    /// lets the writer go) or the next arrival.
+    pub fn yield_step(&self, group: Option<Vec<AppendRequest>>) {
+        let mut state = lock(&self.state);
+        if let Some(mut group) = group {
+            state.batches += group.iter().map(|share| share.batches.len()).sum::<usize>();
+            group.append(&mut state.shares);
+            state.shares = group;
+        }
+        // Whatever the step was to settle waits for the next one.
+        state.woken = true;
+        state.scheduled = false;
+    }
+
     /// Ends a step of the committer: `true` when more is queued and it should run again at
     /// once (it stays scheduled); otherwise nothing is scheduled until the next arrival.
     pub fn step_done(&self) -> bool {

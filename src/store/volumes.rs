@@ -144,6 +144,11 @@ impl Volumes {
         self.scrub.counters()
     }
 
+    /// The threads that run the committers of these volumes.
+    pub(crate) fn committers(&self) -> CommitterPool {
+        self.committers.clone()
+    }
+
     /// Starts the scrub of every volume open here (see `scrub.rs`): one pass every `interval`,
     /// none when it is `None`. Stopped by [`Volumes::close`].
     pub(crate) fn start_scrub(self: &Arc<Self>, interval: Option<Duration>) {

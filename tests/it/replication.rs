@@ -575,6 +575,103 @@ fn a_writer_paused_with_a_put_in_flight_is_fenced_when_it_resumes() {
     );
 }
 
+/// The bucket holds the answers to the windows of two cursor commits, on two of four volumes,
+/// for 5 s, on a node with one committer thread. Each commit holds its volume's writer while
+/// its window waits, but the committer thread does not wait with it: the node's
+/// `durability_committer_threads_busy` stays at 0 in every sample but one at most (before, the
+/// thread waited for the whole hold, and no volume committed anything), so the appends sent to
+/// every volume meanwhile are committed and answered as soon as the bucket answers, and reads
+/// of every volume and `/healthz` answer meanwhile. (Not yet bounds, nor any other request that
+/// runs on the partition's worker: the held commit holds its worker while it waits, so a
+/// partition's bounds wait for its held commit.)
+#[test]
+fn a_write_waiting_for_its_window_keeps_no_committer_thread_waiting() {
+    let node = ProxiedNode::start_with(
+        "solo",
+        "30000",
+        &[
+            ("DURABILITY__STORAGE__VOLUMES", "4"),
+            ("DURABILITY__STORAGE__COMMITTERS", "1"),
+        ],
+    );
+    let addr = node.server.addr;
+    // One partition in each volume.
+    let mut partitions: BTreeMap<u32, u32> = BTreeMap::new();
+    for partition in 0..64 {
+        let volume = fnv1a_utf16(&format!("{TOPIC}:{partition}")) % 4;
+        partitions.entry(volume).or_insert(partition);
+    }
+    let partitions: Vec<u32> = partitions.into_values().collect();
+    assert_eq!(partitions.len(), 4);
+    for &partition in &partitions {
+        append_once(addr, partition, &format!("first-{partition}")).expect("an append");
+    }
+
+    *node.proxy.state.hold_containing.lock().unwrap() = Some(b"held-group".to_vec());
+    let commits: Vec<_> = partitions[..2]
+        .iter()
+        .map(|&partition| {
+            thread::spawn(move || {
+                let path = format!("/topics/{TOPIC}/partitions/{partition}/cursors/held-group");
+                request(addr, "PUT", &path, Some(&json!({"offset": 1})))
+            })
+        })
+        .collect();
+    let proxy = &node.proxy;
+    assert!(
+        block_on(eventually(Duration::from_secs(30), async || {
+            proxy.state.holding.load(Ordering::SeqCst) > 0
+        })),
+        "the commits' windows reach the proxy"
+    );
+    let appends: Vec<_> = partitions
+        .iter()
+        .map(|&partition| thread::spawn(move || append_once(addr, partition, "during")))
+        .collect();
+
+    let held_since = Instant::now();
+    let (mut samples, mut busy_samples, mut slowest) = (0, 0, Duration::ZERO);
+    while held_since.elapsed() < Duration::from_secs(5) {
+        let busy = metric(addr, "durability_committer_threads_busy").expect("the gauge");
+        samples += 1;
+        busy_samples += usize::from(busy > 0.0);
+        for &partition in &partitions {
+            let read = format!("/topics/{TOPIC}/partitions/{partition}/records?from=0");
+            for path in ["/healthz", read.as_str()] {
+                let asked = Instant::now();
+                let (status, body) = request(addr, "GET", path, None).expect("an answer");
+                assert_eq!(status, 200, "GET {path} while the bucket holds: {body}");
+                slowest = slowest.max(asked.elapsed());
+            }
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    println!(
+        "while the bucket held 5 s: {busy_samples} of {samples} samples with a busy committer \
+         thread; the slowest GET took {slowest:?}"
+    );
+    assert!(
+        busy_samples <= 1,
+        "the committer thread waited for the held writes: {busy_samples} of {samples} samples"
+    );
+    assert!(
+        appends.iter().all(|append| !append.is_finished()),
+        "no append is answered before its window landed"
+    );
+
+    node.proxy.release();
+    for commit in commits {
+        let (status, body) = commit.join().expect("a commit").expect("an answer");
+        assert_eq!(status, 200, "the held commit lands: {body}");
+    }
+    for append in appends {
+        append
+            .join()
+            .expect("an append")
+            .expect("answered once the bucket answers");
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. The bucket stops answering
 // ---------------------------------------------------------------------------------------------

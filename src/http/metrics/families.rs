@@ -43,6 +43,7 @@
 //! | `durability_cluster_forwards_total`, `durability_cluster_forward_failures_total` | counter (requests forwarded to their partition's owner; those that reached none) | |
 //! | `durability_cluster_ownership_changes_total`, `durability_cluster_releases_total` | counter (changes of a volume's owner seen in etcd; volumes this node handed to another) | |
 //! | `durability_damaged_volumes` | gauge (1 for each damaged volume; see the README's Guarantees) | `volume`, `kind` (`malformed`, `lost`, `unopenable`) |
+//! | `durability_committer_threads`, `durability_committer_threads_busy` | gauge (threads running the volumes' committers; those running a commit now: a slow bucket never keeps one waiting) | |
 //! | `durability_scrub_last_pass_seconds` | gauge (Unix time the last scrub pass over every volume ended; 0 before one) | |
 //! | `durability_scrub_pages_checked_total`, `durability_scrub_records_checked_total` | counter (pages SQLite's check read; records whose checksum and offset were checked) | |
 //! | `durability_scrub_damage_found_total` | counter (volumes the scrub found damaged) | |
@@ -95,6 +96,8 @@ struct Inner {
     replica_deleted: IntCounter,
     replica_fenced: IntGauge,
     damaged_volumes: IntGaugeVec,
+    committer_threads: IntGauge,
+    committer_threads_busy: IntGauge,
     scrub_last_pass: IntGauge,
     scrub_pages: IntCounter,
     scrub_records: IntCounter,
@@ -107,6 +110,8 @@ struct Inner {
     replica_counters: Arc<ReplicaCounters>,
     /// The scrub's own counts, copied in at render time.
     scrub_counters: Arc<ScrubCounters>,
+    /// The committers' threads, counted at render time.
+    committers: Option<crate::store::CommitterPool>,
     /// In a cluster: its families, and the cluster whose counts they copy at render time.
     cluster: Option<(ClusterFamilies, Cluster)>,
     /// Held while the gauges are refilled and while the registry is rendered, so that a scrape
@@ -205,6 +210,7 @@ impl Metrics {
         );
         let inner = Arc::get_mut(&mut metrics.inner).expect("not shared yet");
         inner.scrub_counters = log.scrub_counters();
+        inner.committers = Some(log.committers());
         if let Some(cluster) = log.cluster() {
             let families = ClusterFamilies::register(&inner.registry);
             inner.cluster = Some((families, cluster.clone()));
@@ -334,6 +340,20 @@ impl Metrics {
                     &["volume", "kind"],
                 )),
             ),
+            committer_threads: register(
+                &registry,
+                IntGauge::new(
+                    "durability_committer_threads",
+                    "Threads running the volumes' committers.",
+                ),
+            ),
+            committer_threads_busy: register(
+                &registry,
+                IntGauge::new(
+                    "durability_committer_threads_busy",
+                    "Committer threads running a commit now.",
+                ),
+            ),
             scrub_last_pass: register(
                 &registry,
                 IntGauge::new(
@@ -358,6 +378,7 @@ impl Metrics {
             partition_counters,
             replica_counters,
             scrub_counters: Arc::default(),
+            committers: None,
             cluster: None,
             scrape: Mutex::new(()),
         };
@@ -450,6 +471,14 @@ impl Metrics {
         catch_up(&self.inner.replica_batches, replica.batches());
         catch_up(&self.inner.replica_deleted, replica.deleted());
         self.inner.replica_fenced.set(i64::from(replica.fenced()));
+        if let Some(committers) = &self.inner.committers {
+            self.inner
+                .committer_threads
+                .set(gauge(committers.threads() as u64));
+            self.inner
+                .committer_threads_busy
+                .set(gauge(committers.busy() as u64));
+        }
         let scrub = &self.inner.scrub_counters;
         self.inner.scrub_last_pass.set(gauge(scrub.last_pass()));
         catch_up(&self.inner.scrub_pages, scrub.pages_checked());

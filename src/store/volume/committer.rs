@@ -187,25 +187,34 @@ impl Shared {
         let mut state = lock(&self.committer);
         let idle_at = match self.queue.next_group(state.expected, state.last_commit / 2) {
             Next::Group(group) => {
+                let mut group = Some(group);
+                let Some(mut writer) = self.writer_or_yield(&mut group) else {
+                    return After::Rest;
+                };
+                let group = group.expect("the shares stay while the writer is taken");
                 (state.last_group, state.cache_released) = (Instant::now(), false);
                 state.expected = group.iter().map(|share| share.batches.len()).sum();
-                {
-                    let mut writer = lock(&self.writer);
-                    self.commit_group(&mut writer, group);
-                    state.last_commit = state.last_group.elapsed();
-                    if (writer.published_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS
-                    {
-                        let _ = self.index_locked(&mut writer);
-                    }
+                self.commit_group(&mut writer, group);
+                state.last_commit = state.last_group.elapsed();
+                if (writer.published_seq - writer.indexed_through) as usize >= INDEX_EVERY_ROWS {
+                    let _ = self.index_locked(&mut writer);
                 }
-                self.follow_high_water(&mut state);
+                self.follow_high_water(&mut state, writer.last_seq);
                 Some(state.last_group + INDEX_WHEN_IDLE)
             }
             Next::Landed => {
-                let _ = self.settle_landing(&mut lock(&self.writer));
+                let Some(mut writer) = self.writer_or_yield(&mut None) else {
+                    return After::Rest;
+                };
+                let _ = self.settle_landing(&mut writer);
                 Some(Instant::now() + INDEX_WHEN_IDLE)
             }
-            Next::Idle => self.idle_step(&mut state),
+            Next::Idle => {
+                let Some(writer) = self.writer_or_yield(&mut None) else {
+                    return After::Rest;
+                };
+                self.idle_step(&mut state, writer)
+            }
             Next::Closed => {
                 drop(state);
                 let _ = self.drain_in_flight(&mut lock(&self.writer));
@@ -223,49 +232,84 @@ impl Shared {
         }
     }
 
+    /// The volume's writer for a step of the committer, which never waits for it: while
+    /// another write holds it (a cursor commit waiting for its window to land, say), the step
+    /// ends at once, its shares (`group`) back in the queue, so that its thread runs other
+    /// volumes' committers meanwhile; that write wakes the committer when it lets the writer go
+    /// (see [`Shared::door`]).
+    fn writer_or_yield(
+        &self,
+        group: &mut Option<Vec<AppendRequest>>,
+    ) -> Option<std::sync::MutexGuard<'_, Writer>> {
+        if let Some(writer) = self.try_writer() {
+            return Some(writer);
+        }
+        self.queue.yield_step(group.take());
+        self.committer_yielded.store(true, Ordering::SeqCst);
+        // The writer may have been let go before the flag was set, with nobody to wake the
+        // committer: it wakes itself.
+        if self.try_writer().is_some() && self.committer_yielded.swap(false, Ordering::SeqCst) {
+            self.queue.wake();
+        }
+        None
+    }
+
+    /// The writer if nobody holds it now (carrying on after a panic elsewhere, as
+    /// [`lock`] does).
+    fn try_writer(&self) -> Option<std::sync::MutexGuard<'_, Writer>> {
+        match self.writer.try_lock() {
+            Ok(writer) => Some(writer),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// The committer's work once no append arrived for [`INDEX_WHEN_IDLE`]: settles a landing
     /// not known in time, indexes, records the high-water mark, and frees the page cache after
     /// [`RELEASE_CACHE_WHEN_IDLE`]. Answers when it is due again: soon while a window is in
     /// flight or records wait for the index, else when the cache is to be freed, else never
     /// (until the next append).
-    fn idle_step(&self, state: &mut CommitterState) -> Option<Instant> {
+    fn idle_step(
+        &self,
+        state: &mut CommitterState,
+        mut writer: std::sync::MutexGuard<'_, Writer>,
+    ) -> Option<Instant> {
         let idle_from = state.last_group + INDEX_WHEN_IDLE;
         if Instant::now() < idle_from {
             return Some(idle_from);
         }
-        let _ = self.settle_landing(&mut lock(&self.writer));
-        let _ = self.index();
-        self.record_high_water(&mut state.high_water);
+        let _ = self.index_locked(&mut writer);
+        self.record_high_water(&mut state.high_water, writer.last_seq);
         let release_at = state.last_group + RELEASE_CACHE_WHEN_IDLE;
         if !state.cache_released && Instant::now() >= release_at {
-            self.release_cache();
+            self.release_cache(&writer);
             state.cache_released = true;
         }
-        if self.unsettled() {
+        if self.unsettled(&writer) {
             Some(Instant::now() + INDEX_WHEN_IDLE)
         } else {
             (!state.cache_released).then_some(release_at)
         }
     }
 
-    /// Records the high-water mark after a commit: the first since the volume opened, then at
-    /// most every [`HIGH_WATER_EVERY`] under steady appends (and when idle), so that a WAL
-    /// lost after a kill under load reads as lost commits, never as a shorter log.
-    fn follow_high_water(&self, state: &mut CommitterState) {
+    /// Records the high-water mark after a commit (`last_seq` the newest seq committed): the
+    /// first since the volume opened, then at most every [`HIGH_WATER_EVERY`] under steady
+    /// appends (and when idle), so that a WAL lost after a kill under load reads as lost
+    /// commits, never as a shorter log.
+    fn follow_high_water(&self, state: &mut CommitterState, last_seq: i64) {
         if state
             .high_water_at
             .is_some_and(|at| at.elapsed() < HIGH_WATER_EVERY)
         {
             return;
         }
-        self.record_high_water(&mut state.high_water);
+        self.record_high_water(&mut state.high_water, last_seq);
         state.high_water_at = Some(Instant::now());
     }
 
     /// Whether the idle work has more to do: a window in flight or a landing pending to settle,
     /// or records the index lacks (on a volume that still takes writes).
-    fn unsettled(&self) -> bool {
-        let writer = lock(&self.writer);
+    fn unsettled(&self, writer: &Writer) -> bool {
         let takes_writes = self.damaged.get().is_none() && self.fenced.get().is_none();
         !writer.in_flight.is_empty()
             || (takes_writes && writer.published_seq > writer.indexed_through)
@@ -275,7 +319,7 @@ impl Shared {
     /// Moves every committed page into the database file and empties the WAL, then records the
     /// high-water mark (the checkpoint synced the database file, whatever `sync` is).
     pub(super) fn checkpoint(&self) -> Result<(), StoreError> {
-        let writer = lock(&self.writer);
+        let writer = self.door();
         if self.damaged.get().is_some() {
             return Ok(());
         }
@@ -290,8 +334,7 @@ impl Shared {
     }
 
     /// Frees the writer's page cache (SQLite's copy of pages the OS caches anyway).
-    fn release_cache(&self) {
-        let writer = lock(&self.writer);
+    fn release_cache(&self, writer: &Writer) {
         if let Err(err) = writer.conn.execute_batch("PRAGMA shrink_memory") {
             log::warn!(
                 "{}: cannot release the page cache: {err}",
@@ -868,6 +911,10 @@ mod replicated {
     }
 
     fn replicated_volume(put_retry: Duration) -> Fixture {
+        replicated_volume_on(put_retry, &CommitterPool::new(1))
+    }
+
+    fn replicated_volume_on(put_retry: Duration, pool: &CommitterPool) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let stream = Arc::new(HeldStream {
             hold: AtomicBool::new(false),
@@ -883,7 +930,7 @@ mod replicated {
             dir.path().join("v.sqlite"),
             SyncMode::Normal,
             Some(replica),
-            &CommitterPool::new(1),
+            pool,
         )
         .unwrap();
         Fixture {
@@ -1076,5 +1123,59 @@ mod replicated {
             later_answer.recv().unwrap(),
             Err(StoreError::Replica(StreamError::Sealed { .. }))
         ));
+    }
+
+    /// A write that waits for its window (a cursor commit while the bucket holds its answers)
+    /// holds the volume's writer, but no committer thread waits for it: the append queued
+    /// meanwhile makes a committer step that yields at once (its thread is free again, counted
+    /// by the pool), and it commits, and is answered, once the write let the writer go and the
+    /// windows landed.
+    #[test]
+    fn a_write_waiting_for_its_window_parks_no_committer_thread() {
+        let pool = CommitterPool::new(1);
+        let fixture = replicated_volume_on(LONG, &pool);
+        let orders = partition(&fixture.volume, "orders");
+        let shared = fixture.volume.shared_arc();
+        fixture.stream.hold.store(true, Ordering::SeqCst);
+        let door = {
+            let shared = shared.clone();
+            std::thread::spawn(move || {
+                shared.write(shared.epoch(), |tx| {
+                    tx.execute("UPDATE indexed SET through_seq = through_seq", [])?;
+                    Ok(())
+                })
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while shared.writer.try_lock().is_ok() {
+            assert!(Instant::now() < deadline, "the write took the writer");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let (append, answered, _) = share(&orders, vec![NewRecord::new("1")]);
+        assert!(shared.queue.push(append).is_ok());
+        // The step that took the append found the writer held and gave its thread back.
+        std::thread::sleep(Duration::from_millis(200));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while pool.busy() > 0 {
+            assert!(
+                Instant::now() < deadline,
+                "a committer thread waits for the write"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(
+            answered.try_recv().is_err(),
+            "not answered before it landed"
+        );
+
+        fixture.stream.hold.store(false, Ordering::SeqCst);
+        fixture.stream.answer_all(None);
+        door.join()
+            .unwrap()
+            .expect("the write landed and committed");
+        let answer = answered
+            .recv_timeout(Duration::from_secs(10))
+            .expect("the append is answered once the writer is free");
+        assert!(answer.is_ok(), "{answer:?}");
     }
 }

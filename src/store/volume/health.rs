@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 
 use super::Shared;
 use crate::store::damage::{self, DamageKind, DamageMark};
-use crate::store::{StoreError, SyncMode, lock};
+use crate::store::{StoreError, SyncMode};
 
 /// Points where a test can make a volume fail, once each, as a failing disk would.
 #[derive(Debug, Clone, Copy)]
@@ -233,11 +233,10 @@ impl Shared {
         Ok(())
     }
 
-    /// Records the newest durable seq beside the database when it moved (see
+    /// Records `last`, the newest durable seq, beside the database when it moved (see
     /// [`read_high_water`]). Only where every commit is synced: with `sync = normal` the last
     /// commits may be lost on power loss by design, and that must not read as damage.
-    pub(super) fn record_high_water(&self, recorded: &mut i64) {
-        let last = lock(&self.writer).last_seq;
+    pub(super) fn record_high_water(&self, recorded: &mut i64, last: i64) {
         if self.sync != SyncMode::Full || last <= *recorded || self.damaged.get().is_some() {
             return;
         }

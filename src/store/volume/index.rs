@@ -52,7 +52,7 @@ impl Shared {
     /// window: it indexes only published records, so readers find nothing through it that
     /// has not landed, and it joins the groups in flight (see `committer.rs`).
     pub(in crate::store) fn index(&self) -> Result<(), StoreError> {
-        let mut writer = lock(&self.writer);
+        let mut writer = self.door();
         self.index_locked(&mut writer)
     }
 

@@ -32,6 +32,13 @@
 //! `replication.rs`): the committer's groups are answered once landed, the other doors commit
 //! only once landed, after the groups in flight.
 //!
+//! The committer never waits for the writer: its threads are shared by every volume, and
+//! another door may hold the writer for as long as its window takes to land. A committer step
+//! that finds it held ends at once, its shares back in the queue, and the door wakes the
+//! committer when it lets the writer go ([`Door`]); only the final drain of a closing volume
+//! waits. (The door itself still holds the writer while its window lands, so a cursor commit
+//! on a slow bucket delays the next group commit of its own volume, not of the others.)
+//!
 //! Lock order: `Shared::writer` before `Shared::recent` and `Shared::pending`, and before a
 //! partition's `PartitionTail` locks (`tail`, `due`); `recent` is never held while taking
 //! `writer`. The commit queue's and the trim locks' own locks are never held while taking any
@@ -130,6 +137,41 @@ pub(super) struct Shared {
     pub(super) pending: Mutex<Option<PendingLanding>>,
     /// Why the volume refuses writes for good: its stream was fenced by another owner.
     pub(super) fenced: std::sync::OnceLock<StreamError>,
+    /// Set when a step of the committer found the writer held by another write and ended (see
+    /// `committer.rs`): that write wakes the committer when it lets the writer go.
+    pub(super) committer_yielded: AtomicBool,
+}
+
+/// The writer, held by a door other than the committer's (see the module docs): letting it go
+/// wakes a committer that yielded to it meanwhile, so that no committer thread ever waits for
+/// another write (which may wait for its window to land).
+pub(super) struct Door<'a> {
+    shared: &'a Shared,
+    writer: Option<std::sync::MutexGuard<'a, Writer>>,
+}
+
+impl std::ops::Deref for Door<'_> {
+    type Target = Writer;
+
+    fn deref(&self) -> &Writer {
+        self.writer.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Door<'_> {
+    fn deref_mut(&mut self) -> &mut Writer {
+        self.writer.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Door<'_> {
+    fn drop(&mut self) {
+        // Let go first: the committer woken below takes it.
+        drop(self.writer.take());
+        if self.shared.committer_yielded.swap(false, Ordering::SeqCst) {
+            self.shared.queue.wake();
+        }
+    }
 }
 
 /// Held while a partition trims or removes unindexed uploads.
@@ -274,6 +316,7 @@ impl Volume {
                 replica,
                 pending: Mutex::default(),
                 fenced: std::sync::OnceLock::new(),
+                committer_yielded: AtomicBool::new(false),
             }
         });
         shared.capture(&lock(&shared.writer).conn)?;
@@ -329,6 +372,12 @@ impl Volume {
 
     pub(super) fn shared(&self) -> &Shared {
         &self.shared
+    }
+
+    /// The volume's shared parts, for a test's own thread.
+    #[cfg(test)]
+    pub(super) fn shared_arc(&self) -> Arc<Shared> {
+        self.shared.clone()
     }
 
     /// What was found wrong with the volume, if anything.
@@ -388,6 +437,14 @@ impl Writer {
 }
 
 impl Shared {
+    /// The writer, for a door other than the committer's (see [`Door`]).
+    pub(super) fn door(&self) -> Door<'_> {
+        Door {
+            shared: self,
+            writer: Some(lock(&self.writer)),
+        }
+    }
+
     /// The trim lock of partition `key`, shared by every store open on it. A store reopened
     /// after a failed commit must not start a trim, or remove unindexed uploads, while the
     /// store it replaced still finishes one: that one's upload may land after the removal.
@@ -451,7 +508,7 @@ impl Shared {
         epoch: u64,
         work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut writer = lock(&self.writer);
+        let mut writer = self.door();
         // Checked under the lock: a writer queued behind a failing one must not commit after it.
         self.check_intact()?;
         // It sees (and may change) what the groups in flight bring to memory: they land first.
@@ -486,7 +543,7 @@ impl Shared {
         partition: u32,
         create: bool,
     ) -> Result<Option<(i64, Tail, Due, u64)>, StoreError> {
-        let mut writer = lock(&self.writer);
+        let mut writer = self.door();
         self.settle_landing(&mut writer)?;
         if self.poisoned.load(Ordering::SeqCst) {
             self.recover(&mut writer)?;

@@ -103,6 +103,12 @@ impl CommitterPool {
         lock(&self.inner.state).threads
     }
 
+    /// Threads running a committer's step now (the others wait for work).
+    pub fn busy(&self) -> usize {
+        let state = lock(&self.inner.state);
+        state.threads - state.waiting
+    }
+
     /// Counts a volume whose committer runs here until it stops, and makes sure a thread runs
     /// to serve it.
     ///
