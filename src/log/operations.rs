@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::Log;
+use super::{Log, Way};
 use crate::error::Error;
 use crate::load::{LoadObserver, LoadSnapshot};
 use crate::names::PartitionId;
@@ -139,6 +139,12 @@ impl Log {
         let id = self.partition(topic, partition)?;
         let here = || {
             Box::pin(async {
+                // Read here, on the caller's thread, as a read is, unless only the actor can.
+                if let Way::Shortcut(shortcut) = self.way(&id, false).await?
+                    && let Some(bounds) = shortcut.bounds()
+                {
+                    return bounds;
+                }
                 Ok(self
                     .call_existing(&id, partition::GetBounds)
                     .await?

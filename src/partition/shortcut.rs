@@ -130,6 +130,18 @@ impl Shortcut {
         })
     }
 
+    /// The partition's bounds, read on the caller's thread (a pooled reader, as a read): never
+    /// queued behind the partition's other work on its worker, such as a cursor commit waiting
+    /// for its window to land. `None` when only the actor can answer.
+    pub(crate) fn bounds(&self) -> Option<Result<crate::store::Bounds, Error>> {
+        let store = self
+            .lock()
+            .store
+            .clone()
+            .filter(|store| !store.is_poisoned())?;
+        Some(store.bounds().map_err(Error::from))
+    }
+
     /// Sets the store the way uses (`None` closes it).
     pub(super) fn set_store(&self, store: Option<Arc<LogStore>>) {
         self.lock().store = store;

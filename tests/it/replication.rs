@@ -580,10 +580,10 @@ fn a_writer_paused_with_a_put_in_flight_is_fenced_when_it_resumes() {
 /// its window waits, but the committer thread does not wait with it: the node's
 /// `durability_committer_threads_busy` stays at 0 in every sample but one at most (before, the
 /// thread waited for the whole hold, and no volume committed anything), so the appends sent to
-/// every volume meanwhile are committed and answered as soon as the bucket answers, and reads
-/// of every volume and `/healthz` answer meanwhile. (Not yet bounds, nor any other request that
-/// runs on the partition's worker: the held commit holds its worker while it waits, so a
-/// partition's bounds wait for its held commit.)
+/// every volume meanwhile are committed and answered as soon as the bucket answers, and reads,
+/// bounds and `/healthz` of every volume answer meanwhile (reads and bounds run on the
+/// caller's thread, not on the partition's worker, which the held commit keeps while it
+/// waits).
 #[test]
 fn a_write_waiting_for_its_window_keeps_no_committer_thread_waiting() {
     let node = ProxiedNode::start_with(
@@ -636,8 +636,9 @@ fn a_write_waiting_for_its_window_keeps_no_committer_thread_waiting() {
         samples += 1;
         busy_samples += usize::from(busy > 0.0);
         for &partition in &partitions {
+            let bounds = format!("/topics/{TOPIC}/partitions/{partition}/bounds");
             let read = format!("/topics/{TOPIC}/partitions/{partition}/records?from=0");
-            for path in ["/healthz", read.as_str()] {
+            for path in ["/healthz", bounds.as_str(), read.as_str()] {
                 let asked = Instant::now();
                 let (status, body) = request(addr, "GET", path, None).expect("an answer");
                 assert_eq!(status, 200, "GET {path} while the bucket holds: {body}");
