@@ -15,19 +15,18 @@
 //! A landing that takes longer than the stream's retry time answers the callers `unavailable`,
 //! but the window may still land: until its outcome is known the volume refuses writes, and
 //! once it is, the volume applies the window itself if its file lacks it and reloads what
-//! memory holds ([`Shared::settle_landing`]). A stream fenced by another owner refuses every
-//! later write.
+//! memory holds (`volume/landing.rs`). A stream fenced by another owner refuses every later
+//! write. This file holds what the volume and the replica share: the [`Stream`], positions,
+//! [`StreamError`], and [`LocalCopy`], the file as a take sees it.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, Transaction};
 
-use super::volume::{Shared, Writer};
-use super::{StoreError, lock, redo, schema};
+use super::{StoreError, redo, schema};
 
 /// A window of a node's stream: the writer's node, its incarnation, and the window's number.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -188,75 +187,8 @@ impl std::fmt::Debug for VolumeReplica {
     }
 }
 
-/// A write's changes handed to the stream, waiting for their landing.
-pub(super) struct Submitted {
-    outcome: Receiver<Landed>,
-    /// The outcome, once received.
-    known: Option<Landed>,
-    redo: Arc<[u8]>,
-    /// When the write's callers are answered unavailable if it has not landed.
-    deadline: Instant,
-}
-
-impl Submitted {
-    /// The landing's outcome if it is known, waiting for it until `until` if given.
-    pub(super) fn outcome(&mut self, until: Option<Instant>) -> Option<&Landed> {
-        if self.known.is_none() {
-            let received = match until {
-                Some(until) => self
-                    .outcome
-                    .recv_timeout(until.saturating_duration_since(Instant::now()))
-                    .map_err(|err| matches!(err, RecvTimeoutError::Disconnected)),
-                None => self
-                    .outcome
-                    .try_recv()
-                    .map_err(|err| matches!(err, TryRecvError::Disconnected)),
-            };
-            self.known = match received {
-                Ok(landed) => Some(landed),
-                Err(true) => Some(Err(StreamError::Stopped {
-                    reason: "its thread ended".into(),
-                })),
-                Err(false) => None,
-            };
-        }
-        self.known.as_ref()
-    }
-
-    pub(super) fn deadline(&self) -> Instant {
-        self.deadline
-    }
-}
-
-/// A landing the volume settles before any other write: its outcome was not known in time, or
-/// its transaction did not commit locally.
-pub(super) struct PendingLanding {
-    submitted: Submitted,
-    /// Whether the local file lacks the changes (its transaction rolled back or failed), so
-    /// they are applied once landed.
-    apply: bool,
-}
-
-impl PendingLanding {
-    /// A landing whose transaction did not commit here: its changes are applied once landed.
-    pub(super) fn to_apply(submitted: Submitted) -> Self {
-        Self {
-            submitted,
-            apply: true,
-        }
-    }
-
-    /// A landing of changes the file holds already (committed, not answered).
-    pub(super) fn committed(submitted: Submitted) -> Self {
-        Self {
-            submitted,
-            apply: false,
-        }
-    }
-}
-
 /// Records in `tx` that the file holds every window through `position`.
-fn record_position(tx: &Transaction<'_>, position: &Position) -> Result<(), StoreError> {
+pub(super) fn record_position(tx: &Transaction<'_>, position: &Position) -> Result<(), StoreError> {
     tx.prepare_cached(
         "INSERT INTO replica (id, node, inc, seq) VALUES (1, ?1, ?2, ?3)
          ON CONFLICT (id) DO UPDATE SET node = excluded.node, inc = excluded.inc, seq = excluded.seq",
@@ -280,141 +212,6 @@ fn read_position(conn: &Connection) -> Result<Option<Position>, StoreError> {
             },
         )
         .optional()?)
-}
-
-impl Shared {
-    /// Makes the writing connection capture its changes, when the volume is replicated.
-    pub(super) fn capture(&self, conn: &Connection) -> Result<(), StoreError> {
-        match &self.replica {
-            Some(_) => redo::install(conn),
-            None => Ok(()),
-        }
-    }
-
-    /// Hands what `tx` changed to the stream, and records in `tx` the window it goes to;
-    /// `None` when the volume is not replicated or `tx` changed nothing. The landing's outcome
-    /// wakes the committer. An error leaves `tx` to roll back.
-    pub(super) fn submit(&self, tx: &Transaction<'_>) -> Result<Option<Submitted>, StoreError> {
-        let Some(replica) = &self.replica else {
-            return Ok(None);
-        };
-        let redo: Arc<[u8]> = redo::take(tx)?.into();
-        if redo.is_empty() {
-            return Ok(None);
-        }
-        let (landed, outcome) = std::sync::mpsc::sync_channel(1);
-        let queue = self.queue.clone();
-        let position = replica
-            .stream
-            .submit(
-                replica.volume,
-                redo.clone(),
-                Box::new(move |outcome| {
-                    let _ = landed.send(outcome);
-                    queue.wake();
-                }),
-            )
-            .map_err(|reason| self.fence(reason))?;
-        record_position(tx, &position)?;
-        Ok(Some(Submitted {
-            outcome,
-            known: None,
-            redo,
-            deadline: Instant::now() + replica.stream.put_retry(),
-        }))
-    }
-
-    /// Commits `tx` once what it changed landed in the stream: the way every write door but
-    /// the committer's commits. A landing not known in time leaves `tx` to roll back and is
-    /// settled later ([`Shared::settle_landing`]); a commit that fails after its landing is too.
-    pub(super) fn commit_landed(&self, tx: Transaction<'_>) -> Result<(), StoreError> {
-        let Some(mut submitted) = self.submit(&tx)? else {
-            return Ok(tx.commit()?);
-        };
-        let deadline = submitted.deadline;
-        match submitted.outcome(Some(deadline)).cloned() {
-            Some(Ok(_)) => tx.commit().map_err(|err| {
-                *lock(&self.pending) = Some(PendingLanding::to_apply(submitted));
-                err.into()
-            }),
-            Some(Err(reason)) => Err(self.fence(reason)),
-            None => {
-                *lock(&self.pending) = Some(PendingLanding::to_apply(submitted));
-                Err(StreamError::NotInTime.into())
-            }
-        }
-    }
-
-    /// Refuses writes for good when the stream answered a final `reason` (fenced by another
-    /// owner, or stopped); answers the error for the write.
-    pub(super) fn fence(&self, reason: StreamError) -> StoreError {
-        if !reason.is_final() {
-            return reason.into();
-        }
-        let reason = self.fenced.get_or_init(|| {
-            log::error!("{}: refusing writes: {reason}", self.path.display());
-            reason
-        });
-        reason.clone().into()
-    }
-
-    /// Settles what waits for the stream before any other write of the volume: publishes the
-    /// committer's groups that landed (see `volume/committer.rs`), then a landing that was
-    /// not known in time or did not commit here: once it landed, applies its changes if the
-    /// file lacks them and reloads what memory holds of the volume (a recovery: stores opened
-    /// before refuse writes and reopen, seeing the landed changes); until its outcome is
-    /// known, refuses writes. Called by every write door under the writer lock, and by the
-    /// committer when a landing's outcome arrives or it is idle.
-    pub(super) fn settle_landing(&self, writer: &mut Writer) -> Result<(), StoreError> {
-        // First: groups in flight are answered even once the volume is fenced (the stream
-        // answers every window it will not store).
-        self.settle_in_flight(writer)?;
-        if let Some(reason) = self.fenced.get() {
-            return Err(reason.clone().into());
-        }
-        // Taken out of its lock: the recovery below runs the write doors again.
-        let Some(mut landing) = lock(&self.pending).take() else {
-            return Ok(());
-        };
-        match landing.submitted.outcome(None).cloned() {
-            // Earlier windows landed first; their groups are published before the reload.
-            Some(Ok(position)) if writer.in_flight_is_empty() => {
-                if landing.apply
-                    && let Err(err) = self.apply_landed(writer, &landing.submitted.redo, &position)
-                {
-                    return Err(self.write_failed(err));
-                }
-                self.recover(writer)
-            }
-            Some(Err(reason)) => Err(self.fence(reason)),
-            _ => {
-                *lock(&self.pending) = Some(landing);
-                Err(StreamError::Unsettled.into())
-            }
-        }
-    }
-
-    /// Applies the landed changes `redo` the file lacks, at `position`, on a writer reopened
-    /// if a failure poisoned it.
-    fn apply_landed(
-        &self,
-        writer: &mut Writer,
-        redo: &[u8],
-        position: &Position,
-    ) -> Result<(), StoreError> {
-        if self.poisoned.load(Ordering::SeqCst) {
-            self.recover(writer)?;
-        }
-        let tx = writer
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)?;
-        redo::apply(&tx, redo)?;
-        // The replay was captured like any write; it is in the stream already.
-        redo::take(&tx)?;
-        record_position(&tx, position)?;
-        tx.commit()?;
-        Ok(())
-    }
 }
 
 /// A volume's file as the replica's taker sees it before the volume opens: where it stands on
@@ -533,7 +330,7 @@ impl LocalCopy {
             };
         }
         SCRATCH.with(|conn| {
-            let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)
+            let tx = Transaction::new_unchecked(conn, rusqlite::TransactionBehavior::Immediate)
                 .expect("a transaction");
             tx.execute(
                 "INSERT INTO partitions (id, topic, partition) VALUES (?1, ?2, 0)",

@@ -17,179 +17,16 @@
 //!
 //! Lock order: [`Stop`]'s two locks are never held together.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, InterruptHandle};
-
+pub use super::volume::ScrubCounters;
+use super::volume::{Pace, Scrubbed, Stop};
 use super::{StoreError, Volume, Volumes, lock};
 
-/// How long the scrub rests after each step, in multiples of the step's time: at most one part
-/// in `1 + REST_PER_WORK` of one core's time is the scrub's.
-const REST_PER_WORK: u32 = 4;
 /// The longest wait before the first pass after the volumes open.
 const FIRST_PASS_AFTER: Duration = Duration::from_secs(60);
-
-/// What the scrub did since the log opened, read by the metrics. Lock-free: counting never
-/// blocks.
-#[derive(Debug, Default)]
-pub struct ScrubCounters {
-    last_pass: AtomicU64,
-    pages: AtomicU64,
-    records: AtomicU64,
-    damage: AtomicU64,
-}
-
-impl ScrubCounters {
-    /// When the last pass over every volume ended, in seconds since the Unix epoch; 0 before
-    /// the first.
-    pub fn last_pass(&self) -> u64 {
-        self.last_pass.load(Ordering::Relaxed)
-    }
-
-    /// Pages that SQLite's check read.
-    pub fn pages_checked(&self) -> u64 {
-        self.pages.load(Ordering::Relaxed)
-    }
-
-    /// Records whose checksum and place in their partition were checked.
-    pub fn records_checked(&self) -> u64 {
-        self.records.load(Ordering::Relaxed)
-    }
-
-    /// Volumes the scrub found damaged (each once: a damaged volume is not scrubbed again).
-    pub fn damage_found(&self) -> u64 {
-        self.damage.load(Ordering::Relaxed)
-    }
-
-    pub(super) fn count_pages(&self, pages: u64) {
-        self.pages.fetch_add(pages, Ordering::Relaxed);
-    }
-
-    pub(super) fn count_records(&self, records: u64) {
-        self.records.fetch_add(records, Ordering::Relaxed);
-    }
-
-    fn count_damage(&self) {
-        self.damage.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn pass_ended(&self) {
-        let now = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |since| since.as_secs());
-        self.last_pass.store(now, Ordering::Relaxed);
-    }
-}
-
-/// Tells a scrub to stop: wakes it from its rest, and interrupts SQLite's check if it runs.
-#[derive(Default)]
-pub(super) struct Stop {
-    stopped: Mutex<bool>,
-    woken: Condvar,
-    /// The connection running a long statement, if one is.
-    running: Mutex<Option<InterruptHandle>>,
-}
-
-impl Stop {
-    fn stop(&self) {
-        *lock(&self.stopped) = true;
-        self.woken.notify_all();
-        if let Some(running) = lock(&self.running).as_ref() {
-            running.interrupt();
-        }
-    }
-
-    fn is_stopped(&self) -> bool {
-        *lock(&self.stopped)
-    }
-
-    /// Waits until `deadline`; false when told to stop first.
-    fn wait_until(&self, deadline: Instant) -> bool {
-        let mut stopped = lock(&self.stopped);
-        loop {
-            let now = Instant::now();
-            if *stopped {
-                return false;
-            }
-            if now >= deadline {
-                return true;
-            }
-            stopped = self
-                .woken
-                .wait_timeout(stopped, deadline - now)
-                .unwrap_or_else(PoisonError::into_inner)
-                .0;
-        }
-    }
-}
-
-/// How a pass over one volume is paced: unpaced (a check run now, by hand or in a benchmark),
-/// or resting after each step and stopping when told to.
-pub(super) struct Pace<'a> {
-    stop: Option<&'a Stop>,
-}
-
-impl Pace<'_> {
-    /// No rest, no stop.
-    pub(super) fn unpaced() -> Self {
-        Self { stop: None }
-    }
-
-    /// Rests after a step that took `took`; false when the scrub must stop.
-    pub(super) fn rest(&self, took: Duration) -> bool {
-        let Some(stop) = self.stop else {
-            return true;
-        };
-        let until = Instant::now().checked_add(took * REST_PER_WORK);
-        until.is_none_or(|until| stop.wait_until(until))
-    }
-
-    /// Whether this is the background scrub (not a check run by hand).
-    pub(super) fn in_background(&self) -> bool {
-        self.stop.is_some()
-    }
-
-    /// Whether the scrub must stop.
-    pub(super) fn stopped(&self) -> bool {
-        self.stop.is_some_and(Stop::is_stopped)
-    }
-
-    /// Runs `work`, a long statement on `conn`, interrupted if the scrub is told to stop
-    /// meanwhile (it then fails, and [`Pace::stopped`] says why).
-    pub(super) fn interruptible<T>(
-        &self,
-        conn: &Connection,
-        work: impl FnOnce() -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        let Some(stop) = self.stop else {
-            return work();
-        };
-        *lock(&stop.running) = Some(conn.get_interrupt_handle());
-        // Asked after the handle is in place: a stop from now on interrupts the statement.
-        let result = if stop.is_stopped() {
-            Err(StoreError::Sqlite(rusqlite::Error::SqliteFailure(
-                rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_INTERRUPT),
-                None,
-            )))
-        } else {
-            work()
-        };
-        *lock(&stop.running) = None;
-        result
-    }
-}
-
-/// How a pass over one volume ended, when it did not fail.
-pub(super) enum Scrubbed {
-    /// Every check ran and found nothing wrong (between two steps: the pass goes on).
-    Clean,
-    /// The pass stopped early: the scrub was told to stop, or the volume closed or was found
-    /// damaged by someone else meanwhile.
-    Cut,
-}
 
 /// The scrub of a data folder's volumes, owned by its [`Volumes`]: its counters, and its thread
 /// once started.
@@ -254,7 +91,7 @@ impl Scrubber {
 /// The scrub's thread: a pass over every open volume each `interval`, until told to stop or
 /// the volumes are gone.
 fn run(volumes: &Weak<Volumes>, stop: &Stop, counters: &ScrubCounters, interval: Duration) {
-    let pace = Pace { stop: Some(stop) };
+    let pace = Pace::paced(stop);
     let mut next = Instant::now().checked_add(interval.min(FIRST_PASS_AFTER));
     loop {
         let Some(at) = next else {

@@ -20,12 +20,13 @@ use std::time::{Duration, Instant};
 use rusqlite::{Connection, OptionalExtension, Transaction, TransactionBehavior, params};
 
 use super::health::Fault;
+use super::landing::{PendingLanding, Submitted};
 use super::pool::After;
 use super::{INDEX_EVERY_ROWS, Shared, Writer};
 use crate::store::batch::{AppendOutcome, NewRecord, record_checksum};
 use crate::store::commit_queue::{AppendRequest, Next};
 use crate::store::due::store_due_at;
-use crate::store::replication::{PendingLanding, StreamError, Submitted};
+use crate::store::replication::StreamError;
 use crate::store::tail::{Due, PartitionTail, Tail};
 use crate::store::{StoreError, lock};
 

@@ -3,11 +3,10 @@
 //! high-water mark says were acknowledged) is marked for good (see `damage.rs`); tests inject
 //! failures at fixed points.
 
-use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use super::Shared;
-use crate::store::damage::{self, DamageKind, DamageMark};
+use crate::store::damage::{self, DamageKind, DamageMark, high_water_path, write_high_water};
 use crate::store::{StoreError, SyncMode};
 
 /// Points where a test can make a volume fail, once each, as a failing disk would.
@@ -46,45 +45,6 @@ impl Damage {
 /// The error of `damage`, if there is one.
 fn refuse(damage: Option<&Damage>) -> Result<(), StoreError> {
     damage.map_or(Ok(()), |damage| Err(damage.error()))
-}
-
-/// The file beside a volume that holds its high-water mark: the newest seq known durable.
-pub(super) fn high_water_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push("-hwm");
-    name.into()
-}
-
-/// The volume's high-water mark, 0 when it has none (or an unreadable one). A volume that
-/// opens holding fewer commits than this lost some: its WAL or database file was deleted,
-/// truncated or replaced, and handing out its offsets again would reuse acknowledged ones.
-pub(super) fn read_high_water(path: &Path) -> i64 {
-    let file = high_water_path(path);
-    match std::fs::read_to_string(&file) {
-        Ok(text) => text.trim().parse().unwrap_or_else(|_| {
-            log::warn!("{}: not a high-water mark, ignored", file.display());
-            0
-        }),
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => 0,
-        Err(err) => {
-            log::warn!("{}: cannot read the high-water mark: {err}", file.display());
-            0
-        }
-    }
-}
-
-/// Writes the high-water mark in place, fixed width (one small write: never half old, half
-/// new), and syncs it.
-pub(in crate::store) fn write_high_water(path: &Path, seq: i64) -> std::io::Result<()> {
-    use std::io::{Seek, Write};
-    let mut file = std::fs::OpenOptions::new()
-        .create(true)
-        .write(true)
-        .truncate(false)
-        .open(high_water_path(path))?;
-    file.seek(std::io::SeekFrom::Start(0))?;
-    file.write_all(format!("{seq:020}\n").as_bytes())?;
-    file.sync_data()
 }
 
 impl Shared {

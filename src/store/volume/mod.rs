@@ -18,9 +18,12 @@
 //! The code is split by concern: this file opens the volume and runs its transactions
 //! (connections, reads, writes, opening partitions, trim locks); `committer.rs` is the
 //! committer and its group commits; `pool.rs` the threads that run committers; `index.rs` the
-//! background index and the in-memory
-//! index of recent records; `health.rs` what can go wrong (poisoning, damage, the high-water
-//! mark, injected faults); `scrub.rs` the check one scrub pass makes of the volume.
+//! background index and the in-memory index of recent records; `landing.rs` each write's
+//! landing in the replica's stream; `due.rs` the partitions due and the review of due times;
+//! `health.rs` what can go wrong (poisoning, damage, injected faults); `scrub.rs` the check one
+//! scrub pass makes of the volume, and its pace. The folder depends on the store's leaf
+//! modules (batches, tails, damage marks, the stream's types, the schema), never on the files
+//! that use a volume.
 //!
 //! Every write to a volume goes through one of three doors, each a transaction of the writing
 //! connection under its lock: the committer's group commit (`committer.rs`: appends, and the
@@ -57,23 +60,29 @@ use rusqlite::{
 };
 
 mod committer;
+mod due;
 mod health;
 mod index;
+mod landing;
 mod pool;
 mod scrub;
 
 use super::commit_queue::{AppendRequest, CommitQueue};
 use super::damage::{self, DamageKind};
-use super::replication::{PendingLanding, StreamError, VolumeReplica};
+use super::damage::{high_water_path, read_high_water};
+use super::replication::{StreamError, VolumeReplica};
 use super::tail::{Due, Tail};
 use super::{StoreError, SyncMode, lock, schema};
-use health::{Damage, high_water_path, read_high_water};
+use health::Damage;
 use index::Recent;
+use landing::PendingLanding;
 
 pub(super) use committer::pending_deliveries;
 use committer::{CommitterState, InFlight};
-pub(super) use health::{Fault, write_high_water};
+pub(super) use health::Fault;
 pub use pool::CommitterPool;
+pub use scrub::ScrubCounters;
+pub(super) use scrub::{Pace, Scrubbed, Stop};
 
 /// How long a connection waits for a lock held by another connection before failing.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
