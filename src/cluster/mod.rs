@@ -362,7 +362,7 @@ impl Cluster {
         let claimed_elsewhere = owner.is_some_and(|owner| owner.node != shared.node && live(owner));
         // A node that stopped serving holds nothing that is the log any more.
         if !claimed_elsewhere
-            && !shared.stopping.load(Ordering::SeqCst)
+            && !shared.stopping()
             && shared
                 .volumes
                 .get()

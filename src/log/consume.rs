@@ -113,9 +113,7 @@ impl Log {
         limit: Option<usize>,
         wait: Duration,
     ) -> Result<Vec<(u32, Page)>, Error> {
-        let held: Vec<u32> = (0..self.partitions(topic)?)
-            .filter(|&partition| self.holds(topic, partition))
-            .collect();
+        let held = self.held_partitions(topic)?;
         let pages = self
             .poll_partitions(topic, group, &held, limit, wait)
             .await?;

@@ -347,14 +347,23 @@ impl Log {
         })
     }
 
-    /// Whether this node holds partition `topic`/`partition` (always, outside a cluster).
-    pub(crate) fn holds(&self, topic: &str, partition: u32) -> bool {
+    /// The partitions of `topic` this node holds (all of them, outside a cluster): what it
+    /// answers for when another node asks.
+    ///
+    /// # Errors
+    /// Name errors.
+    pub(crate) fn held_partitions(&self, topic: &str) -> Result<Vec<u32>, Error> {
         use spread::Placement;
-        match (&self.inner.cluster, PartitionId::new(topic, partition)) {
-            (Some(cluster), Ok(id)) => cluster.place(&id) == Ok(spread::Place::Here),
-            (None, _) => true,
-            (_, Err(_)) => false,
-        }
+        let partitions = 0..self.partitions(topic)?;
+        let Some(cluster) = &self.inner.cluster else {
+            return Ok(partitions.collect());
+        };
+        Ok(partitions
+            .filter(|&partition| {
+                PartitionId::new(topic, partition)
+                    .is_ok_and(|id| cluster.place(&id) == Ok(spread::Place::Here))
+            })
+            .collect())
     }
 
     /// Resolves once this node has stopped serving for good (see

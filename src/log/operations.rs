@@ -252,9 +252,7 @@ impl Log {
     /// # Errors
     /// As [`describe_topic`](Self::describe_topic).
     pub(crate) async fn describe_held(&self, topic: &str) -> Result<Vec<PartitionDetail>, Error> {
-        let held: Vec<u32> = (0..self.partitions(topic)?)
-            .filter(|&partition| self.holds(topic, partition))
-            .collect();
+        let held = self.held_partitions(topic)?;
         self.describe_partitions(topic, &held).await
     }
 

@@ -104,34 +104,57 @@ impl Spread<'_> {
         Ok(places)
     }
 
-    /// Runs `call` where partition `id` is served; when that node no longer holds it, reads
-    /// the owners again and runs it once more where it is now.
-    async fn at_owner<'c, T>(
-        &self,
-        id: &PartitionId,
-        call: impl Fn(Place) -> Here<'c, T>,
-    ) -> Result<T, Error> {
-        match call(self.placement.place(id)?).await {
+    /// Runs `attempt`; when a node answered that it no longer holds what it was asked for,
+    /// reads the owners again and runs it once more (`again` set): the one retry of every
+    /// operation across nodes.
+    async fn once_more_if_moved<T, F>(&self, attempt: impl Fn(bool) -> F) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
+        match attempt(false).await {
             Err(Error::Peer(PeerError::NotOwner { .. })) => {
                 self.placement.refresh().await;
-                call(self.placement.place(id)?).await
+                attempt(true).await
             }
             answered => answered,
         }
     }
 
-    /// Appends `records` to partition `id` where it is served (`here`: this node).
+    /// Runs `remote` at the node that serves partition `id`, reading the owners again and
+    /// running it once more when that node no longer holds it; `None` when this node holds the
+    /// partition (at once, or once the owners were read again), for the caller to run it here.
+    async fn on_other_node<T, F>(
+        &self,
+        id: &PartitionId,
+        remote: impl Fn(String) -> F,
+    ) -> Result<Option<T>, Error>
+    where
+        F: Future<Output = Result<T, Error>>,
+    {
+        if self.placement.place(id)? == Place::Here {
+            return Ok(None);
+        }
+        self.once_more_if_moved(|_| async {
+            match self.placement.place(id)? {
+                Place::At(node) => remote(node).await.map(Some),
+                // Moved here meanwhile.
+                Place::Here => Ok(None),
+            }
+        })
+        .await
+    }
+
+    /// Appends `records` to partition `id` where it is served (`here`: this node, which takes
+    /// them as they are: an append held here is never copied).
     pub async fn append<'h>(
         &self,
         id: &PartitionId,
         records: Vec<NewRecord>,
-        here: impl Fn(Vec<NewRecord>) -> Here<'h, Appended>,
+        here: impl FnOnce(Vec<NewRecord>) -> Here<'h, Appended>,
     ) -> Result<Appended, Error> {
-        let records = &records;
-        let here = &here;
-        self.at_owner(id, |place| match place {
-            Place::Here => here(records.clone()),
-            Place::At(node) => Box::pin(async move {
+        let remote = {
+            let records = &records;
+            self.on_other_node(id, |node| async move {
                 let (offsets, load) = self
                     .peers
                     .append(&node, id.topic(), id.index(), records)
@@ -140,24 +163,30 @@ impl Spread<'_> {
                     outcome: AppendOutcome::Appended { offsets },
                     load,
                 })
-            }),
-        })
-        .await
+            })
+            .await?
+        };
+        match remote {
+            Some(appended) => Ok(appended),
+            None => here(records).await,
+        }
     }
 
     /// Partition `id`'s bounds where it is served (`here`: this node).
     pub async fn bounds<'h>(
         &self,
         id: &PartitionId,
-        here: impl Fn() -> Here<'h, Bounds>,
+        here: impl FnOnce() -> Here<'h, Bounds>,
     ) -> Result<Bounds, Error> {
-        self.at_owner(id, |place| match place {
-            Place::Here => here(),
-            Place::At(node) => {
-                Box::pin(async move { Ok(self.peers.bounds(&node, id.topic(), id.index()).await?) })
-            }
-        })
-        .await
+        let remote = self
+            .on_other_node(id, |node| async move {
+                Ok(self.peers.bounds(&node, id.topic(), id.index()).await?)
+            })
+            .await?;
+        match remote {
+            Some(bounds) => Ok(bounds),
+            None => here().await,
+        }
     }
 
     /// Leases `group`'s next range of partition `id` where it is served (`here`: this node).
@@ -166,18 +195,20 @@ impl Spread<'_> {
         id: &PartitionId,
         group: &str,
         limit: Option<usize>,
-        here: impl Fn() -> Here<'h, Option<Lease>>,
+        here: impl FnOnce() -> Here<'h, Option<Lease>>,
     ) -> Result<Option<Lease>, Error> {
-        self.at_owner(id, |place| match place {
-            Place::Here => here(),
-            Place::At(node) => Box::pin(async move {
+        let remote = self
+            .on_other_node(id, |node| async move {
                 Ok(self
                     .peers
                     .lease(&node, id.topic(), id.index(), group, limit)
                     .await?)
-            }),
-        })
-        .await
+            })
+            .await?;
+        match remote {
+            Some(lease) => Ok(lease),
+            None => here().await,
+        }
     }
 
     /// Every partition `0..partitions` of `topic` described where it is held (`here`: the
@@ -189,13 +220,8 @@ impl Spread<'_> {
         partitions: u32,
         here: impl Fn(Vec<u32>) -> Here<'h, Vec<PartitionDetail>>,
     ) -> Result<Vec<PartitionDetail>, Error> {
-        match self.describe_once(topic, partitions, &here).await {
-            Err(Error::Peer(PeerError::NotOwner { .. })) => {
-                self.placement.refresh().await;
-                self.describe_once(topic, partitions, &here).await
-            }
-            described => described,
-        }
+        self.once_more_if_moved(|_| self.describe_once(topic, partitions, &here))
+            .await
     }
 
     async fn describe_once<'h>(
@@ -237,17 +263,12 @@ impl Spread<'_> {
         (limit, wait): (Option<usize>, Duration),
         here: impl Fn(Vec<u32>, Duration) -> PolledHere<'h>,
     ) -> Result<Vec<Page>, Error> {
-        match self
-            .poll_once(topic, group, partitions, (limit, wait), &here)
-            .await
-        {
-            Err(Error::Peer(PeerError::NotOwner { .. })) => {
-                self.placement.refresh().await;
-                self.poll_once(topic, group, partitions, (limit, Duration::ZERO), &here)
-                    .await
-            }
-            polled => polled,
-        }
+        // Asked again, nobody waits: the first attempt waited already.
+        self.once_more_if_moved(|again| {
+            let wait = if again { Duration::ZERO } else { wait };
+            self.poll_once(topic, group, partitions, (limit, wait), &here)
+        })
+        .await
     }
 
     async fn poll_once<'h>(
@@ -329,19 +350,19 @@ impl Spread<'_> {
         for (place, held) in &places {
             let Place::At(node) = place else { continue };
             for &partition in held {
-                let next_offset = match self.peers.bounds(node, topic, partition).await {
-                    Ok(bounds) => bounds.next_offset,
-                    Err(PeerError::NotOwner { .. }) => {
-                        let id = PartitionId::new(topic, partition)?;
-                        self.placement.refresh().await;
-                        let Place::At(now) = self.placement.place(&id)? else {
-                            // Moved here: `here` does not hold it as planned; retry the whole.
-                            return Err(Error::Peer(PeerError::NotOwner { node: node.clone() }));
-                        };
-                        self.peers.bounds(&now, topic, partition).await?.next_offset
-                    }
-                    Err(err) => return Err(err.into()),
-                };
+                let id = PartitionId::new(topic, partition)?;
+                let next_offset = self
+                    .once_more_if_moved(|_| async {
+                        match self.placement.place(&id)? {
+                            Place::At(now) => Ok(self.peers.bounds(&now, topic, partition).await?),
+                            // Moved here: not among the partitions `here` commits as planned.
+                            Place::Here => {
+                                Err(Error::Peer(PeerError::NotOwner { node: node.clone() }))
+                            }
+                        }
+                    })
+                    .await?
+                    .next_offset;
                 check_offset(offsets[&partition], next_offset)?;
             }
         }
