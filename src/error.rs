@@ -1,8 +1,10 @@
 //! The crate's umbrella error, with stable codes.
 
+use crate::cluster::ClusterError;
 use crate::config::ConfigError;
 pub use crate::error_code::{ErrorCode, with_causes};
 use crate::names::{NameError, PartitionId};
+pub use crate::replica::ReplicaError;
 use crate::store::StoreError;
 
 /// Any error of the `durability` crate.
@@ -53,6 +55,13 @@ pub enum Error {
         /// Partitions open.
         open: usize,
     },
+    /// The node could not take its volumes from the replica's bucket (see
+    /// [`ReplicaError::code`] for the codes).
+    #[error("cannot take the volumes")]
+    Replica(#[from] ReplicaError),
+    /// The node could not join its cluster.
+    #[error("cannot join the cluster")]
+    Cluster(#[from] ClusterError),
     /// Another node of the cluster, asked for partitions it holds, refused or did not answer.
     #[error(transparent)]
     Peer(#[from] crate::cluster::peer::PeerError),
@@ -103,6 +112,8 @@ impl Error {
             Self::UnknownPartition { .. } => ErrorCode::UnknownPartition,
             Self::Overloaded { .. } => ErrorCode::Overloaded,
             Self::Peer(err) => err.code(),
+            Self::Replica(err) => err.code(),
+            Self::Cluster(err) => err.code(),
             Self::PartitionStopped | Self::Unavailable { .. } | Self::Mailbox(_) => {
                 ErrorCode::Unavailable
             }
@@ -125,6 +136,28 @@ impl Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Why a node cannot start is told by its code: a bucket that does not suit its settings
+    /// is its configuration's fault, a fence is not this node's volume, an outage is
+    /// unavailable.
+    #[test]
+    fn a_node_that_cannot_start_says_why_by_its_code() {
+        let unsuited = Error::from(ReplicaError::Unsuited("another cluster's bucket".into()));
+        assert_eq!(unsuited.code(), ErrorCode::InvalidConfig);
+        let replaced = Error::from(ReplicaError::Replaced { volume: 3 });
+        assert_eq!(replaced.code(), ErrorCode::NotOwner);
+        let damaged = Error::from(ReplicaError::Damaged {
+            key: "replica/manifests/3".into(),
+            reason: "not a manifest".into(),
+        });
+        assert_eq!(damaged.code(), ErrorCode::Corrupted);
+        let stopped = Error::from(ReplicaError::Stopped("thread"));
+        assert_eq!(stopped.code(), ErrorCode::Unavailable);
+        assert_eq!(
+            with_causes(&replaced),
+            "cannot take the volumes: volume 3's manifest was replaced by another node"
+        );
+    }
 
     /// An `unavailable` error keeps its cause as its source, which the HTTP message still
     /// shows, and names its partition only when it has one.

@@ -33,6 +33,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use crate::config::ClusterSettings;
+use crate::error::ErrorCode;
 use crate::replica::Replicator;
 use crate::store::{ReplicaCounters, Volumes};
 use crate::sync::{lock, read_lock, write_lock};
@@ -207,9 +208,42 @@ pub enum ClusterError {
     /// etcd did not answer, or refused.
     #[error(transparent)]
     Etcd(#[from] EtcdError),
-    /// What etcd holds does not allow it.
-    #[error("{0}")]
-    Refused(String),
+    /// A live node registered this node's name (`replication.node_id`) under another URL:
+    /// two processes with one name would evict each other.
+    #[error(
+        "a live node registered this node's name at {url} ({key}), and this one advertises \
+         {advertised}: give each node its own replication.node_id, or stop that one first"
+    )]
+    NameTaken {
+        /// The member's key in etcd.
+        key: String,
+        /// Where that node is reached.
+        url: String,
+        /// Where this node is reached (`cluster.advertise_url`).
+        advertised: String,
+    },
+    /// A key of the cluster in etcd is missing or cannot be read.
+    #[error("{key}: {reason}")]
+    Damaged {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The cluster's thread could not start, or ended before it answered.
+    #[error("the cluster's thread: {0}")]
+    Thread(std::io::Error),
+}
+
+impl ClusterError {
+    /// The stable code of this error (the REST API's `error.code`).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Etcd(_) | Self::Thread(_) => ErrorCode::Unavailable,
+            Self::NameTaken { .. } => ErrorCode::InvalidConfig,
+            Self::Damaged { .. } => ErrorCode::Corrupted,
+        }
+    }
 }
 
 impl Cluster {
@@ -238,10 +272,10 @@ impl Cluster {
             // The runtime serves the tasks spawned on it for the process's life.
             std::future::pending::<()>().await;
         })
-        .map_err(|err| ClusterError::Refused(format!("the cluster's thread: {err}")))?;
-        let volume_count = connected
-            .recv()
-            .map_err(|_| ClusterError::Refused("the cluster's thread stopped".into()))??;
+        .map_err(ClusterError::Thread)?;
+        let volume_count = connected.recv().map_err(|_| {
+            ClusterError::Thread(std::io::Error::other("it stopped before it answered"))
+        })??;
         log::info!(
             "cluster {}: {volume_count} volumes, this node is {node} at {}",
             settings.name,
@@ -537,12 +571,11 @@ async fn node_is_free(etcd: &Etcd, member_key: &str, url: &str) -> Result<(), Cl
         .filter_map(|kv| serde_json::from_slice::<Member>(&kv.value).ok())
         .find(|member| member.url.trim_end_matches('/') != url);
     match live {
-        Some(member) => Err(ClusterError::Refused(format!(
-            "a live node registered this node's name at {} ({member_key}), and this one \
-             advertises {url}: give each node its own replication.node_id, or stop that one \
-             first",
-            member.url
-        ))),
+        Some(member) => Err(ClusterError::NameTaken {
+            key: member_key.to_owned(),
+            url: member.url,
+            advertised: url.to_owned(),
+        }),
         None => Ok(()),
     }
 }
@@ -553,12 +586,19 @@ async fn volume_count(etcd: &Etcd, key: &str, wanted: usize) -> Result<usize, Cl
     let record = serde_json::to_vec(&ClusterConfig { volumes: wanted }).expect("serializes");
     etcd.create(key, &record, 0).await?;
     let (found, _) = etcd.prefix(key).await?;
-    let found = found
-        .into_iter()
-        .find(|kv| kv.key == key)
-        .ok_or_else(|| ClusterError::Refused(format!("{key} vanished")))?;
-    let config: ClusterConfig = serde_json::from_slice(&found.value)
-        .map_err(|err| ClusterError::Refused(format!("{key}: {err}")))?;
+    let found =
+        found
+            .into_iter()
+            .find(|kv| kv.key == key)
+            .ok_or_else(|| ClusterError::Damaged {
+                key: key.to_owned(),
+                reason: "vanished after it was written".to_owned(),
+            })?;
+    let config: ClusterConfig =
+        serde_json::from_slice(&found.value).map_err(|err| ClusterError::Damaged {
+            key: key.to_owned(),
+            reason: err.to_string(),
+        })?;
     if config.volumes != wanted {
         log::warn!(
             "cluster.volumes is {wanted}, but the cluster was created with {} volumes: it \

@@ -20,7 +20,7 @@ use std::pin::Pin;
 pub use fs::FsColdStore;
 #[cfg(any(test, feature = "test-util"))]
 pub use memory::{ColdStep, FailingColdStore, MemoryColdStore};
-pub use s3::{S3ColdStore, S3Settings};
+pub use s3::{ObjectError, S3ColdStore, S3Settings};
 
 /// A boxed future, which keeps [`ColdStore`] object-safe.
 pub type ColdFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, ColdStoreError>> + Send + 'a>>;

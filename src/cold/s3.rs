@@ -87,12 +87,13 @@ impl S3Settings {
 /// sentence naming the operation, its key and the bucket (never the XML body S3 answers a
 /// failure with: see [`reason`]).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ObjectError {
+pub enum ObjectError {
     /// A request failed; its outcome is unknown.
     #[error("S3 {op} of {key} in bucket {bucket} failed: {reason}")]
     Request {
         /// `PUT`, `GET`, `LIST` or `DELETE`.
         op: &'static str,
+        /// The bucket.
         bucket: String,
         /// The object, or the prefix of a listing.
         key: String,
@@ -101,7 +102,12 @@ pub(crate) enum ObjectError {
     },
     /// The settings make no client (a region, credentials or bucket name it refuses).
     #[error("no S3 client for bucket {bucket}: {reason}")]
-    Client { bucket: String, reason: String },
+    Client {
+        /// The bucket.
+        bucket: String,
+        /// Why, in words.
+        reason: String,
+    },
 }
 
 /// The operations, as [`ObjectError`] names them.

@@ -20,7 +20,7 @@ use crate::registry::{
     Addresses, DeadLetterFor, PartitionCounters, PartitionRegistry, RegistryParts, ReleaseVolume,
     Signals,
 };
-use crate::replica::{ReplicaError, Replicator};
+use crate::replica::Replicator;
 use crate::store::{ColdFlushCounters, CommitterPool, ReplicaCounters, Stream, Volumes};
 
 /// Opens a [`Log`] with parts other than the configured ones.
@@ -74,14 +74,9 @@ impl LogBuilder {
         };
         let storage = &config.storage;
         let replica_counters = Arc::new(ReplicaCounters::default());
-        let cannot_take = |err: ReplicaError| {
-            Error::unavailable(None, "cannot take the volumes", Some(err.into()))
-        };
         let cluster = if config.cluster.enabled() {
             let node = config.replication.node();
-            Some(Cluster::connect(&config.cluster, &node).map_err(|err| {
-                Error::unavailable(None, "cannot join the cluster", Some(err.into()))
-            })?)
+            Some(Cluster::connect(&config.cluster, &node)?)
         } else {
             None
         };
@@ -95,17 +90,14 @@ impl LogBuilder {
             .map_or(storage.volumes, Cluster::volume_count);
         let replicator = match config.replication.kind {
             ReplicationKind::None => None,
-            ReplicationKind::S3 => Some(
-                Replicator::start(
-                    &config.replication,
-                    &config.cold.s3(),
-                    &storage.data_dir,
-                    volume_count,
-                    cluster.as_ref().map(|_| config.cluster.name.as_str()),
-                    replica_counters.clone(),
-                )
-                .map_err(cannot_take)?,
-            ),
+            ReplicationKind::S3 => Some(Replicator::start(
+                &config.replication,
+                &config.cold.s3(),
+                &storage.data_dir,
+                volume_count,
+                cluster.as_ref().map(|_| config.cluster.name.as_str()),
+                replica_counters.clone(),
+            )?),
         };
         // A single node rebuilds the volumes it finds damaged from the bucket (see `heal.rs`).
         let heal_requests = match (&cluster, &replicator) {
@@ -126,9 +118,7 @@ impl LogBuilder {
                 committers,
             ),
             (None, Some(replicator)) => {
-                replicator
-                    .take_blocking((0..volume_count).collect())
-                    .map_err(cannot_take)?;
+                replicator.take_blocking((0..volume_count).collect())?;
                 Volumes::open(
                     &storage.data_dir,
                     volume_count,

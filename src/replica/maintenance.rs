@@ -78,10 +78,7 @@ impl Node {
         let waited = tokio::time::Instant::now();
         while self.landed.load(Ordering::SeqCst) < position.seq {
             if self.counters.fenced() || waited.elapsed() >= LANDING_WAIT {
-                return Err(ReplicaError::Refused(format!(
-                    "the copy holds window {} of this node's stream, which did not land",
-                    position.seq
-                )));
+                return Err(ReplicaError::NotLanded { seq: position.seq });
             }
             tokio::time::sleep(LANDING_POLL).await;
         }
@@ -102,7 +99,7 @@ impl Node {
             move || super::copy_of(&path)
         })
         .await
-        .map_err(|err| ReplicaError::Refused(format!("the snapshot task failed: {err}")))?;
+        .map_err(|_| ReplicaError::Stopped("snapshot task"))?;
         if let Err(ReplicaError::Store(StoreError::Corrupted { reason })) = &copied {
             // Its damage must not reach the bucket; the bucket holds its whole history.
             crate::store::mark_damaged_file(&path, reason);
@@ -136,10 +133,10 @@ impl Node {
             return Ok(());
         };
         let Some(chain) = held.manifest.chain_after(&snapshot.position) else {
-            return Err(ReplicaError::Refused(format!(
-                "volume {volume}'s copy stands at {:?}, which its history does not hold",
-                snapshot.position
-            )));
+            return Err(ReplicaError::OffHistory {
+                volume,
+                position: snapshot.position,
+            });
         };
         let next = Manifest {
             version: held.manifest.version + 1,
@@ -279,9 +276,7 @@ impl Node {
                 held.snapshot_at = Instant::now();
                 Ok(())
             }
-            Put::ConditionFailed => Err(ReplicaError::Refused(format!(
-                "volume {volume}'s manifest was replaced by another node"
-            ))),
+            Put::ConditionFailed => Err(ReplicaError::Replaced { volume }),
         }
     }
 
@@ -298,10 +293,12 @@ impl Node {
         let mut needed_snapshots = HashSet::new();
         let mut needed_from: HashMap<(String, u64), u64> = HashMap::new();
         for volume in 0..self.volumes.len() {
-            let Some((bytes, _)) = self.objects.get(&self.keys.manifest(volume)).await? else {
+            let key = self.keys.manifest(volume);
+            let Some((bytes, _)) = self.objects.get(&key).await? else {
                 continue;
             };
-            let manifest = Manifest::decode(&bytes).map_err(ReplicaError::Refused)?;
+            let manifest =
+                Manifest::decode(&bytes).map_err(|why| ReplicaError::undecodable(&key, why))?;
             if let Some(snapshot) = manifest.snapshot {
                 needed_snapshots.insert(snapshot.key);
             }

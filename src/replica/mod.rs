@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use crate::cold::S3Settings;
 use crate::cold::s3::{ObjectError, Objects, Put};
 use crate::config::{MAX_PUTS_IN_FLIGHT, ReplicationSettings};
+use crate::error::ErrorCode;
 use crate::store::{
     Landed, LocalCopy, OnLanded, Position, ReplicaCounters, StoreError, Stream, StreamError,
     Volume, lock,
@@ -53,19 +54,88 @@ pub enum ReplicaError {
         /// What the system answered.
         source: std::io::Error,
     },
-    /// What the bucket holds does not allow it.
-    #[error("{0}")]
-    Refused(String),
     /// This node's stream lands nothing more.
     #[error("the replica's stream: {0}")]
     Stream(#[from] StreamError),
-    /// The volume's history changed while it was read (its owner snapshotted and collected
-    /// what it named): read it again.
-    #[error("the volume's history changed while it was read: {0}")]
-    HistoryMoved(String),
+    /// The bucket or the data folder does not suit this node's settings (the volume count,
+    /// the cluster's name, conditional writes): the node refuses to start rather than lose
+    /// writes.
+    #[error("{0}")]
+    Unsuited(String),
+    /// An object that a volume's history names is missing, or cannot be read: the bucket is
+    /// damaged, and the volume is not taken from it.
+    #[error("{key}: {reason}")]
+    Damaged {
+        /// The object's key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// Another node replaced volume `volume`'s manifest: the volume is no longer this node's.
+    #[error("volume {volume}'s manifest was replaced by another node")]
+    Replaced {
+        /// The volume.
+        volume: usize,
+    },
+    /// Volume `volume`'s history changed while it was read (its owner snapshotted and
+    /// collected what it named, or another node took it): read it again.
+    #[error("volume {volume}'s history changed while it was read")]
+    HistoryMoved {
+        /// The volume.
+        volume: usize,
+    },
+    /// A copy of a volume holds window `seq` of this node's stream, which did not land in
+    /// time: the copy is not stored, as the bucket may never hold that window.
+    #[error("the copy holds window {seq} of this node's stream, which did not land")]
+    NotLanded {
+        /// The window's seq.
+        seq: u64,
+    },
+    /// Volume `volume`'s copy stands at a window its history does not hold.
+    #[error("volume {volume}'s copy stands at {position:?}, which its history does not hold")]
+    OffHistory {
+        /// The volume.
+        volume: usize,
+        /// Where its copy stands.
+        position: Position,
+    },
+    /// Volume `volume` was to be rebuilt from the bucket, and it bears no damage mark.
+    #[error("volume {volume} has no damage mark: it is not rebuilt")]
+    NotDamaged {
+        /// The volume.
+        volume: usize,
+    },
+    /// The replica's thread, or one of its tasks, ended before it answered.
+    #[error("the replica's {0} stopped before it answered")]
+    Stopped(&'static str),
 }
 
 impl ReplicaError {
+    /// The stable code of this error (the REST API's `error.code`).
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Store(err) => err.code(),
+            Self::Unsuited(_) => ErrorCode::InvalidConfig,
+            Self::Damaged { .. } | Self::OffHistory { .. } => ErrorCode::Corrupted,
+            Self::Replaced { .. } => ErrorCode::NotOwner,
+            Self::NotDamaged { .. } => ErrorCode::InvalidRequest,
+            Self::Bucket(_)
+            | Self::Io { .. }
+            | Self::Stream(_)
+            | Self::HistoryMoved { .. }
+            | Self::NotLanded { .. }
+            | Self::Stopped(_) => ErrorCode::Unavailable,
+        }
+    }
+
+    /// An object at `key` that cannot be decoded, for `reason`.
+    fn undecodable(key: &str, reason: impl std::fmt::Display) -> Self {
+        Self::Damaged {
+            key: key.to_owned(),
+            reason: reason.to_string(),
+        }
+    }
+
     fn io(path: &Path, source: std::io::Error) -> Self {
         Self::Io {
             path: path.to_owned(),
@@ -222,7 +292,7 @@ impl Replicator {
     ) -> Result<Arc<Self>, ReplicaError> {
         let extra = data_dir.join(Volume::file_name(volumes));
         if extra.exists() {
-            return Err(ReplicaError::Refused(format!(
+            return Err(ReplicaError::Unsuited(format!(
                 "{} is beyond storage.volumes ({volumes}), which a replicated node keeps fixed",
                 extra.display()
             )));
@@ -264,7 +334,7 @@ impl Replicator {
         .map_err(|err| ReplicaError::io(Path::new("durability-replica"), err))?;
         let node = claimed
             .recv()
-            .map_err(|_| ReplicaError::Refused("the replica's thread stopped".into()))??;
+            .map_err(|_| ReplicaError::Stopped("thread"))??;
         Ok(Arc::new(Self {
             outbox,
             name: node.node.clone(),
@@ -332,9 +402,7 @@ impl Replicator {
             };
             let _ = rebuilt.send(done);
         });
-        outcome
-            .await
-            .map_err(|_| ReplicaError::Refused("the replica's thread stopped".into()))?
+        outcome.await.map_err(|_| ReplicaError::Stopped("thread"))?
     }
 
     /// How long the oldest window not landed yet has waited (none waits: `None`): a node whose
@@ -407,7 +475,7 @@ impl Replicator {
         });
         outcome
             .recv()
-            .map_err(|_| ReplicaError::Refused("the replica's thread stopped".into()))?
+            .map_err(|_| ReplicaError::Stopped("thread"))?
     }
 }
 
@@ -469,9 +537,7 @@ impl Node {
         taker.own_end = Some(end);
         let path = self.data_dir.join(Volume::file_name(volume));
         if !crate::store::damage_mark_path(&path).exists() {
-            return Err(ReplicaError::Refused(format!(
-                "volume {volume} has no damage mark: it is not rebuilt"
-            )));
+            return Err(ReplicaError::NotDamaged { volume });
         }
         let (manifest, etag) = taker.take(&self.data_dir, volume).await?;
         self.epochs[volume].store(manifest.epoch, Ordering::SeqCst);
@@ -492,32 +558,14 @@ impl Node {
     /// so that whoever takes them next starts from here.
     async fn take(&self, volumes: &[usize], first: u64) -> Result<Vec<usize>, ReplicaError> {
         let mut taker = take::Taker::new(&self.objects, &self.keys, &self.node, self.inc, first);
-        taker.read_manifests(volumes).await?;
-        let mut prepared = Vec::with_capacity(volumes.len());
-        for &volume in volumes {
-            let ready = taker.prepare(&self.data_dir, volume).await?;
-            prepared.push((volume, ready, taker.replayed));
-        }
-        let written = {
-            let taker = &taker;
-            futures_util::future::join_all(prepared.into_iter().map(
-                |(volume, ready, replayed)| async move {
-                    (volume, taker.write(volume, ready).await, replayed)
-                },
-            ))
-            .await
-        };
         let mut long = Vec::new();
-        for (volume, written, replayed) in written {
-            let ((manifest, etag), replayed) = match written {
-                Ok(written) => (written, replayed),
-                Err(ReplicaError::HistoryMoved(why)) => {
-                    log::info!("replica: volume {volume}: {why}; taking it again");
-                    let taken = taker.take(&self.data_dir, volume).await?;
-                    (taken, taker.replayed)
-                }
-                Err(err) => return Err(err),
-            };
+        for taken in taker.take_all(&self.data_dir, volumes).await? {
+            let take::Taken {
+                volume,
+                manifest,
+                etag,
+                replayed,
+            } = taken;
             let snapshotting = replayed >= LONG_REPLAY;
             if snapshotting {
                 long.push(volume);
@@ -575,9 +623,7 @@ impl Node {
                 log::info!("replica: released volume {volume} (its history ends at window {end})");
                 Ok(())
             }
-            Put::ConditionFailed => Err(ReplicaError::Refused(format!(
-                "volume {volume}'s manifest was replaced by another node"
-            ))),
+            Put::ConditionFailed => Err(ReplicaError::Replaced { volume }),
         }
     }
 

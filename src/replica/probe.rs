@@ -24,7 +24,7 @@ use crate::config::ReplicationSettings;
 /// object of node `node` under `keys`' prefix, which it deletes.
 ///
 /// # Errors
-/// [`ReplicaError::Refused`] naming the bucket and the conditions it does not honour;
+/// [`ReplicaError::Unsuited`] naming the bucket and the conditions it does not honour;
 /// [`ReplicaError::Bucket`] when it cannot be reached or answers a failure.
 pub(super) async fn conditional_writes(
     objects: &Objects,
@@ -48,7 +48,7 @@ pub(super) async fn conditional_writes(
     if ignored.is_empty() {
         return Ok(());
     }
-    Err(ReplicaError::Refused(format!(
+    Err(ReplicaError::Unsuited(format!(
         "bucket {} does not honour {}: a replicated log needs conditional writes to fence a \
          previous owner (without them two servers on the bucket both acknowledge writes, and \
          lose some), so it refuses to start",
@@ -107,7 +107,7 @@ pub(crate) fn check_bucket(
     .map_err(|err| ReplicaError::io(Path::new("durability-probe"), err))?;
     outcome
         .recv()
-        .map_err(|_| ReplicaError::Refused("the probe's thread stopped".into()))?
+        .map_err(|_| ReplicaError::Stopped("probe's thread"))?
 }
 
 #[cfg(test)]
@@ -135,7 +135,7 @@ mod tests {
     /// The message of a refusal.
     fn refusal(outcome: Result<(), ReplicaError>) -> String {
         match outcome {
-            Err(ReplicaError::Refused(why)) => why,
+            Err(ReplicaError::Unsuited(why)) => why,
             other => panic!("a refusal expected: {other:?}"),
         }
     }

@@ -38,6 +38,14 @@ pub(super) enum Prepared {
     Written(Manifest, String),
 }
 
+/// A volume taken: its manifest as written, with its ETag, and the windows replayed.
+pub(super) struct Taken {
+    pub volume: usize,
+    pub manifest: Manifest,
+    pub etag: String,
+    pub replayed: u64,
+}
+
 /// A batch of windows found in the bucket.
 #[derive(PartialEq, Eq, PartialOrd, Ord)]
 struct Listed {
@@ -97,7 +105,7 @@ pub(super) async fn fix_volume_count(
     if found == count.as_bytes() {
         return Ok(());
     }
-    Err(ReplicaError::Refused(format!(
+    Err(ReplicaError::Unsuited(format!(
         "the bucket's data is spread over {} volumes ({}), and storage.volumes is {volumes}: \
          the count is fixed when a bucket is first used",
         String::from_utf8_lossy(&found),
@@ -127,15 +135,18 @@ pub(super) async fn fix_cluster(
     match (found.as_deref(), cluster) {
         (None, None) => Ok(()),
         (Some(found), Some(name)) if found == name => Ok(()),
-        (Some(found), Some(name)) => Err(ReplicaError::Refused(format!(
+        (Some(found), Some(name)) => Err(ReplicaError::Unsuited(format!(
             "the bucket's prefix belongs to cluster \"{found}\" ({key}), and this node's \
              cluster.name is \"{name}\": give each cluster a replication.prefix of its own"
         ))),
-        (Some(found), None) => Err(ReplicaError::Refused(format!(
+        (Some(found), None) => Err(ReplicaError::Unsuited(format!(
             "the bucket's prefix belongs to cluster \"{found}\" ({key}), and this node is in \
              no cluster: give it that cluster's settings, or a replication.prefix of its own"
         ))),
-        (None, Some(_)) => Err(ReplicaError::Refused(format!("{key} vanished"))),
+        (None, Some(_)) => Err(ReplicaError::Damaged {
+            key,
+            reason: "vanished after it was written".to_owned(),
+        }),
     }
 }
 
@@ -201,7 +212,7 @@ impl<'a> Taker<'a> {
     /// Reads the manifests of `volumes` at once, for their takes: a failover waits for the
     /// bucket's latency once instead of once per volume. A manifest replaced meanwhile makes
     /// its take read it again (its replacement is conditional).
-    pub(super) async fn read_manifests(&mut self, volumes: &[usize]) -> Result<(), ReplicaError> {
+    async fn read_manifests(&mut self, volumes: &[usize]) -> Result<(), ReplicaError> {
         let objects = self.objects;
         let keys: Vec<String> = volumes
             .iter()
@@ -215,50 +226,81 @@ impl<'a> Taker<'a> {
     }
 
     /// Makes the copy of volume `volume` in `data_dir` hold its whole history and this
-    /// incarnation its owner. Answers the volume's manifest as written, and its ETag.
+    /// incarnation its owner (see [`Taker::take_all`]). Answers the volume's manifest as
+    /// written, and its ETag; [`Taker::replayed`] tells the windows replayed.
     pub(super) async fn take(
         &mut self,
         data_dir: &Path,
         volume: usize,
     ) -> Result<(Manifest, String), ReplicaError> {
-        let mut attempts = 0;
-        loop {
-            let prepared = self.prepare(data_dir, volume).await?;
-            match self.write(volume, prepared).await {
-                Err(ReplicaError::HistoryMoved(why)) if attempts < MAX_TAKE_ATTEMPTS => {
-                    log::info!("replica: volume {volume}: {why}; reading its history again");
-                    attempts += 1;
-                }
-                taken => return taken,
-            }
-        }
+        let [taken] = <[Taken; 1]>::try_from(self.take_all(data_dir, &[volume]).await?)
+            .unwrap_or_else(|_| unreachable!("one volume taken"));
+        self.replayed = taken.replayed;
+        Ok((taken.manifest, taken.etag))
     }
 
-    /// [`Taker::take`] up to writing the manifest, which [`Taker::write`] does: the manifests
-    /// of many volumes are then written at once, and a failover waits for the bucket's latency
-    /// once instead of once per volume. A write that finds the manifest replaced meanwhile
-    /// answers [`ReplicaError::HistoryMoved`], and the volume is taken again whole.
-    pub(super) async fn prepare(
+    /// Makes the copies of `volumes` in `data_dir` hold their whole histories and this
+    /// incarnation their owner. The manifests are written at once, so that a failover waits
+    /// for the bucket's latency once instead of once per volume. A volume whose history moved
+    /// while it was taken (its owner snapshotted and collected what it named, or replaced its
+    /// manifest before this take wrote it) is taken again whole, up to `MAX_TAKE_ATTEMPTS`
+    /// times: the one place a take is retried.
+    pub(super) async fn take_all(
         &mut self,
         data_dir: &Path,
-        volume: usize,
-    ) -> Result<Prepared, ReplicaError> {
-        let mut attempts = 0;
-        loop {
-            self.replayed = 0;
-            match self.prepare_once(data_dir, volume).await {
-                Err(ReplicaError::HistoryMoved(why)) if attempts < MAX_TAKE_ATTEMPTS => {
-                    log::info!("replica: volume {volume}: {why}; reading its history again");
-                    attempts += 1;
+        volumes: &[usize],
+    ) -> Result<Vec<Taken>, ReplicaError> {
+        self.read_manifests(volumes).await?;
+        let mut taken = Vec::with_capacity(volumes.len());
+        let mut pending = volumes.to_vec();
+        for attempt in 0.. {
+            let retry = |err: &ReplicaError| {
+                let moved = matches!(err, ReplicaError::HistoryMoved { .. });
+                if moved && attempt < MAX_TAKE_ATTEMPTS {
+                    log::info!("replica: {err}; reading its history again");
                 }
-                prepared => return prepared,
+                moved && attempt < MAX_TAKE_ATTEMPTS
+            };
+            let mut moved = Vec::new();
+            let mut prepared = Vec::with_capacity(pending.len());
+            for &volume in &pending {
+                self.replayed = 0;
+                match self.prepare(data_dir, volume).await {
+                    Ok(ready) => prepared.push((volume, ready, self.replayed)),
+                    Err(err) if retry(&err) => moved.push(volume),
+                    Err(err) => return Err(err),
+                }
             }
+            let this = &*self;
+            let written = futures_util::future::join_all(prepared.into_iter().map(
+                |(volume, ready, replayed)| async move {
+                    (volume, this.write(volume, ready).await, replayed)
+                },
+            ))
+            .await;
+            for (volume, written, replayed) in written {
+                match written {
+                    Ok((manifest, etag)) => taken.push(Taken {
+                        volume,
+                        manifest,
+                        etag,
+                        replayed,
+                    }),
+                    Err(err) if retry(&err) => moved.push(volume),
+                    Err(err) => return Err(err),
+                }
+            }
+            if moved.is_empty() {
+                break;
+            }
+            pending = moved;
         }
+        Ok(taken)
     }
 
     /// Writes the manifest of volume `volume` as [`Taker::prepare`] left it, answering it
     /// with its ETag.
-    pub(super) async fn write(
+    async fn write(
         &self,
         volume: usize,
         prepared: Prepared,
@@ -271,14 +313,11 @@ impl<'a> Taker<'a> {
         }
     }
 
-    /// One attempt of [`Taker::prepare`]: [`ReplicaError::HistoryMoved`] when the volume's
+    /// Brings volume `volume`'s copy up to its history, up to writing its manifest, which
+    /// [`Taker::write`] does: [`ReplicaError::HistoryMoved`] when the volume's
     /// history changed while it was read (its owner snapshotted, and its collection deleted a
     /// window the history named).
-    async fn prepare_once(
-        &mut self,
-        data_dir: &Path,
-        volume: usize,
-    ) -> Result<Prepared, ReplicaError> {
+    async fn prepare(&mut self, data_dir: &Path, volume: usize) -> Result<Prepared, ReplicaError> {
         let path = data_dir.join(Volume::file_name(volume));
         // A copy found damaged (a malformed page, a hole, lost commits) is never resumed: its
         // whole history is in the bucket.
@@ -295,7 +334,8 @@ impl<'a> Taker<'a> {
             let (manifest, etag) = self.first_use(volume, &path, local).await?;
             return Ok(Prepared::Written(manifest, etag));
         };
-        let manifest = Manifest::decode(&bytes).map_err(ReplicaError::Refused)?;
+        let manifest = Manifest::decode(&bytes)
+            .map_err(|why| ReplicaError::undecodable(&manifest_key, why))?;
         let resume = match manifest.resume(local.position()?.as_ref()) {
             Some(resume) if self.holds_window(&manifest, &resume).await? => Some(resume),
             _ => None,
@@ -312,7 +352,10 @@ impl<'a> Taker<'a> {
                 }
                 if let Some(snapshot) = &manifest.snapshot {
                     let (bytes, _) = self.objects.get(&snapshot.key).await?.ok_or_else(|| {
-                        ReplicaError::Refused(format!("the snapshot {} is missing", snapshot.key))
+                        ReplicaError::Damaged {
+                            key: snapshot.key.clone(),
+                            reason: "the volume's snapshot is missing".to_owned(),
+                        }
                     })?;
                     std::fs::write(&path, bytes).map_err(|err| ReplicaError::io(&path, err))?;
                 }
@@ -346,7 +389,10 @@ impl<'a> Taker<'a> {
             if let Err(err) = replayed {
                 let now = self.objects.get(&manifest_key).await?;
                 if now.is_some_and(|(_, now)| now != etag) {
-                    return Err(ReplicaError::HistoryMoved(err.to_string()));
+                    log::debug!(
+                        "replica: volume {volume}'s replay failed ({err}) as its history moved"
+                    );
+                    return Err(ReplicaError::HistoryMoved { volume });
                 }
                 return Err(err);
             }
@@ -429,9 +475,7 @@ impl<'a> Taker<'a> {
         };
         match written {
             Put::Stored(etag) => Ok((manifest, etag)),
-            Put::ConditionFailed => Err(ReplicaError::HistoryMoved(format!(
-                "volume {volume}'s manifest was replaced while this node took it"
-            ))),
+            Put::ConditionFailed => Err(ReplicaError::HistoryMoved { volume }),
         }
     }
 
@@ -538,10 +582,12 @@ impl<'a> Taker<'a> {
                     segment.end = self.fence(&segment.node, segment.inc, seq).await?;
                 }
                 Some(StreamObject::Fence) | None => {
-                    return Err(ReplicaError::Refused(format!(
-                        "{key}: volume {volume}'s history names this window, and it is not \
-                         there"
-                    )));
+                    return Err(ReplicaError::Damaged {
+                        key,
+                        reason: format!(
+                            "volume {volume}'s history names this window, and it is not there"
+                        ),
+                    });
                 }
             }
         }
@@ -605,8 +651,7 @@ impl<'a> Taker<'a> {
         let read = futures_util::future::join_all(keys.iter().map(|key| objects.get(key))).await;
         for (key, found) in keys.into_iter().zip(read) {
             if let Some((bytes, _)) = found? {
-                let object =
-                    decode(&bytes).map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?;
+                let object = decode(&bytes).map_err(|why| ReplicaError::undecodable(&key, why))?;
                 self.ahead.insert(key, (Arc::new(object), bytes.len()));
             } else {
                 self.absent.insert(key);
@@ -651,15 +696,14 @@ impl<'a> Taker<'a> {
         let read = futures_util::future::join_all(wanted.iter().map(|key| objects.get(key))).await;
         for (key, found) in wanted.iter().zip(read) {
             let Some((bytes, _)) = found? else { continue };
-            let windows = Batch::decode(&bytes)
-                .map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?;
+            let windows =
+                Batch::decode(&bytes).map_err(|why| ReplicaError::undecodable(key, why))?;
             for (window_seq, window) in windows {
                 let window_key = self.keys.window(node, inc, window_seq);
                 if self.cache.contains_key(&window_key) {
                     continue;
                 }
-                let object =
-                    decode(window).map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?;
+                let object = decode(window).map_err(|why| ReplicaError::undecodable(key, why))?;
                 self.ahead
                     .insert(window_key, (Arc::new(object), window.len()));
             }
@@ -678,8 +722,7 @@ impl<'a> Taker<'a> {
                 let Some((bytes, _)) = self.objects.get(key).await? else {
                     return Ok(None);
                 };
-                let object =
-                    decode(&bytes).map_err(|why| ReplicaError::Refused(format!("{key}: {why}")))?;
+                let object = decode(&bytes).map_err(|why| ReplicaError::undecodable(key, why))?;
                 (Arc::new(object), bytes.len())
             }
         };
