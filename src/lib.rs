@@ -42,7 +42,9 @@
 //!   retries its failed runs).
 //! - [`partition`]: [`PartitionActor`](partition::PartitionActor), one per open partition, owning
 //!   no thread: one typed message per operation, group commit through its volume's committer,
-//!   other blocking work on a fixed pool of workers; [`Log`]'s appends and hot reads go around
+//!   other work handed by a fixed pool of workers to their blocking pools, in the partition's
+//!   order (a write waiting for its window keeps no shared thread); [`Log`]'s appends and hot
+//!   reads go around
 //!   the actor through its shortcut (`shortcut.rs`), saving two thread switches; and one
 //!   `run_interval` tick that checks for idleness and is its retention alarm (it runs
 //!   retention once the due time the store keeps in memory has passed; never two runs of one

@@ -91,8 +91,9 @@ pub(crate) struct PartitionSetup {
     pub retention_runs: Arc<RetentionRuns>,
 }
 
-/// The fixed set of threads that run partitions' blocking work other than appends; a
-/// partition always uses the same one.
+/// The fixed set of threads whose runtimes run partitions' work other than appends and reads
+/// (on their blocking pools, driving the work's I/O themselves); a partition always uses the
+/// same one.
 #[derive(Debug, Clone)]
 pub(crate) struct Workers(Arc<[actix::ArbiterHandle]>);
 
@@ -243,7 +244,13 @@ pub struct PartitionActor {
     retention_failed: Rc<Cell<Option<i64>>>,
     /// The way [`Log`](crate::Log)'s appends take, around this event loop.
     shortcut: Arc<Shortcut>,
+    /// Held by each operation run off the worker (see [`PartitionActor::on_worker`]) while it
+    /// runs: first come, first served.
+    turn: Arc<Turn>,
 }
+
+/// A partition's turn to run an operation (see [`PartitionActor::on_worker`]).
+type Turn = tokio::sync::Mutex<()>;
 
 impl PartitionActor {
     /// Starts the actor of the partition `store` opened, on the current arbiter, under a
@@ -276,6 +283,7 @@ impl PartitionActor {
                 retention_running: Rc::default(),
                 retention_failed: Rc::default(),
                 shortcut,
+                turn: Arc::default(),
             }
         })
     }
@@ -307,11 +315,43 @@ impl PartitionActor {
         Ok(store)
     }
 
-    /// Runs `work` with the store on the partition's worker thread; the answer comes back to
-    /// the caller.
+    /// Runs `work` with the store in the partition's turn: once every operation of the
+    /// partition that arrived before it ended, so that they take effect in the order they
+    /// arrived. The answer comes back to the caller.
     fn on_worker<T, F>(
         &mut self,
         ctx: &mut Context<Self>,
+        work: impl FnOnce(Arc<LogStore>) -> F,
+    ) -> ResponseFuture<Result<T, Error>>
+    where
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        let turn = Some(self.turn.clone());
+        self.off_worker(ctx, turn, work)
+    }
+
+    /// Runs `work` (a trim) with the store beside the partition's other operations, as its
+    /// waits for the cold tier would otherwise hold them all.
+    fn beside_turn<T, F>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        work: impl FnOnce(Arc<LogStore>) -> F,
+    ) -> ResponseFuture<Result<T, Error>>
+    where
+        F: Future<Output = Result<T, Error>> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.off_worker(ctx, None, work)
+    }
+
+    /// Runs `work` with the store, after `turn` if given, on a thread of the blocking pool of
+    /// the partition's worker (whose own thread drives its I/O): a write waiting for its
+    /// window to land keeps that thread only, never the worker that other partitions share.
+    fn off_worker<T, F>(
+        &mut self,
+        ctx: &mut Context<Self>,
+        turn: Option<Arc<Turn>>,
         work: impl FnOnce(Arc<LogStore>) -> F,
     ) -> ResponseFuture<Result<T, Error>>
     where
@@ -330,7 +370,13 @@ impl PartitionActor {
             .workers
             .for_partition(&self.setup.id)
             .spawn(async move {
-                let _ = answer.send(work.await);
+                let _turn = match turn {
+                    Some(turn) => Some(turn.lock_owned().await),
+                    None => None,
+                };
+                let runtime = tokio::runtime::Handle::current();
+                let done = tokio::task::spawn_blocking(move || runtime.block_on(work)).await;
+                let _ = answer.send(done.unwrap_or(Err(Error::PartitionStopped)));
             });
         if !spawned {
             return Box::pin(async { Err(Error::PartitionStopped) });

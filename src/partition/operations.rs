@@ -84,11 +84,11 @@ impl RetentionRuns {
 impl Handler<Trim> for PartitionActor {
     type Result = ResponseFuture<Result<u64, Error>>;
 
-    /// Trims on the partition's worker thread; the store deletes hot rows only after their
+    /// Trims beside the partition's other operations; the store deletes hot rows only after their
     /// segment is stored in the cold tier. A trim while retention runs waits for it (the
     /// store's trim lock), so that when it answers the hot window is within its limits.
     fn handle(&mut self, _: Trim, ctx: &mut Context<Self>) -> Self::Result {
-        self.on_worker(ctx, |store| async move { Ok(store.trim().await?) })
+        self.beside_turn(ctx, |store| async move { Ok(store.trim().await?) })
     }
 }
 
@@ -156,7 +156,7 @@ impl PartitionActor {
         // The due time this run answers for, as the store holds it before the run.
         let due = self.store.as_ref().and_then(|store| store.due_at());
         let (last_activity, last_used) = (self.last_activity, self.setup.usage.last_used());
-        let trimmed = self.on_worker(ctx, |store| async move { Ok(store.trim().await?) });
+        let trimmed = self.beside_turn(ctx, |store| async move { Ok(store.trim().await?) });
         self.last_activity = last_activity;
         self.setup.usage.restore(last_used);
         let id = self.setup.id.clone();

@@ -198,7 +198,7 @@ impl LogStore {
         let limit = self.page_limit(limit)?;
         validate_group(group)?;
         let options = self.options.leases;
-        let claim = self.write(|tx, tail| {
+        let claim = self.write_published(|tx, tail| {
             let now = self.now_ms();
             // Under the writer lock nothing moves the end or the recent records.
             let view = self.recent_view(tail.next_offset, 0);
@@ -295,7 +295,7 @@ impl LogStore {
         self.check_leases()?;
         validate_group(group)?;
         let lease_ms = self.options.leases.lease_ms;
-        self.write(|tx, _| {
+        self.write_published(|tx, _| {
             held_range(tx, self.key, group, batch_id)?;
             let expires_at = self.now_ms().saturating_add(lease_ms as i64);
             tx.prepare_cached(
@@ -374,7 +374,7 @@ impl LogStore {
     ) -> Result<Option<u64>, StoreError> {
         self.check_leases()?;
         validate_group(group)?;
-        self.write(|tx, _| {
+        self.write_published(|tx, _| {
             let range = held_range(tx, self.key, group, batch_id)?;
             let now = self.now_ms();
             let (state, expires_at, attempt) = match settlement {

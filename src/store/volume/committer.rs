@@ -121,12 +121,22 @@ pub(in crate::store) struct InFlight {
     group: Vec<AppendRequest>,
     /// The newest seq it wrote.
     last_seq: i64,
+    /// For a write of a door (see [`Shared::write`]): told how it ended.
+    waiter: Option<Waiter>,
 }
 
+/// Told how a write that joined the groups in flight ended, once its window settled.
+pub(in crate::store) type Waiter = std::sync::mpsc::SyncSender<Result<(), StoreError>>;
+
 impl InFlight {
-    /// A write with no callers and nothing for memory, committed after the write of `last_seq`
-    /// (an index pass): the groups after it are published once it landed too.
-    fn without_callers(landing: Submitted, last_seq: i64) -> Self {
+    /// A write with nothing for memory, committed after the write of `last_seq` (an index
+    /// pass, a cursor commit): the groups after it are published once it landed too, and
+    /// `waiter`, if any, is told how it ended.
+    pub(in crate::store) fn beside_groups(
+        landing: Submitted,
+        last_seq: i64,
+        waiter: Option<Waiter>,
+    ) -> Self {
         Self {
             landing: Some(landing),
             staged: StagedGroup {
@@ -135,6 +145,17 @@ impl InFlight {
             },
             group: Vec::new(),
             last_seq,
+            waiter,
+        }
+    }
+
+    /// Answers its callers and its waiter with a failure (`reason`).
+    fn fail(self, reason: &StreamError) {
+        for request in self.group {
+            (request.reply)(Err(reason.clone().into()));
+        }
+        if let Some(waiter) = self.waiter {
+            let _ = waiter.send(Err(reason.clone().into()));
         }
     }
 
@@ -406,6 +427,7 @@ impl Shared {
                     staged,
                     group,
                     last_seq,
+                    waiter: None,
                 });
                 let _ = self.settle_in_flight(writer);
             }
@@ -419,44 +441,21 @@ impl Shared {
         }
     }
 
-    /// Runs `work` in one transaction not synced on its own (see [`Shared::unsynced`]) that,
-    /// on a replicated volume, commits at once and joins the groups in flight instead of
-    /// waiting for its window: for a write whose changes readers see only through what landed
-    /// already.
-    pub(super) fn commit_unsynced_in_flight(
+    /// Runs `work` in one transaction not synced on its own (the next durable commit syncs it,
+    /// the WAL being written in order) that commits at once and, on a replicated volume, joins
+    /// the groups in flight (see [`Shared::commit_in_flight`]) with nobody waiting for it: for
+    /// what can be rebuilt or may be forgotten (an index pass, a partition added).
+    pub(super) fn commit_unsynced_in_flight<T>(
         &self,
         writer: &mut Writer,
-        work: impl FnOnce(&Transaction<'_>) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
-        let Writer {
-            conn,
-            in_flight,
-            last_seq,
-            ..
-        } = writer;
-        conn.pragma_update(None, "synchronous", "OFF")?;
-        // Set once the changes are handed to the stream: they may land even if the commit fails.
-        let mut landing = None;
-        let committed = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            work(&tx)?;
-            landing = self.submit(&tx)?;
-            Ok::<_, StoreError>(tx.commit()?)
-        })();
-        conn.pragma_update(None, "synchronous", self.sync.pragma())?;
-        match (committed, landing) {
-            (Ok(()), Some(landing)) => {
-                in_flight.push_back(InFlight::without_callers(landing, *last_seq));
-                Ok(())
-            }
-            (Ok(()), None) => Ok(()),
-            (Err(err), landing) => {
-                if let Some(landing) = landing {
-                    *lock(&self.pending) = Some(PendingLanding::to_apply(landing));
-                }
-                Err(err)
-            }
-        }
+        work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        writer.conn.pragma_update(None, "synchronous", "OFF")?;
+        let committed = self.commit_in_flight(writer, work);
+        writer
+            .conn
+            .pragma_update(None, "synchronous", self.sync.pragma())?;
+        committed.map(|(value, _settling)| value)
     }
 
     /// Publishes the groups in flight whose window landed, oldest first, and answers their
@@ -470,6 +469,9 @@ impl Shared {
                     let group = writer.in_flight.pop_front().expect("a group is in flight");
                     writer.published_seq = group.last_seq;
                     self.publish(group.staged, group.group);
+                    if let Some(waiter) = group.waiter {
+                        let _ = waiter.send(Ok(()));
+                    }
                 }
                 Some(Err(reason)) => {
                     self.fail_in_flight(writer, &reason);
@@ -519,9 +521,7 @@ impl Shared {
     /// memory is dropped (the volume reloads it from the file once their landing is known).
     pub(in crate::store) fn fail_in_flight(&self, writer: &mut Writer, reason: &StreamError) {
         for group in writer.in_flight.drain(..) {
-            for request in group.group {
-                (request.reply)(Err(reason.clone().into()));
-            }
+            group.fail(reason);
         }
     }
 
@@ -849,6 +849,7 @@ mod replicated {
     use crate::store::commit_queue::AppendResult;
     use crate::store::replication::{Landed, OnLanded, Position, Stream, VolumeReplica};
     use crate::store::tail::Retention;
+    use crate::store::volume::Sees;
     use crate::store::{SyncMode, Volume};
 
     /// Lands every submission at once, or holds them until the test lands them.
@@ -1127,43 +1128,47 @@ mod replicated {
     }
 
     /// A write that waits for its window (a cursor commit while the bucket holds its answers)
-    /// holds the volume's writer, but no committer thread waits for it: the append queued
-    /// meanwhile makes a committer step that yields at once (its thread is free again, counted
-    /// by the pool), and it commits, and is answered, once the write let the writer go and the
-    /// windows landed.
+    /// holds neither the volume's writer nor a committer thread: meanwhile the writer is free,
+    /// a second write commits and an append is committed by a committer step that ends at once
+    /// (no pool thread stays busy); none is answered before its window landed, and all are
+    /// once the windows land.
     #[test]
-    fn a_write_waiting_for_its_window_parks_no_committer_thread() {
+    fn a_write_waiting_for_its_window_holds_neither_the_writer_nor_a_committer_thread() {
         let pool = CommitterPool::new(1);
         let fixture = replicated_volume_on(LONG, &pool);
         let orders = partition(&fixture.volume, "orders");
         let shared = fixture.volume.shared_arc();
+        let submitted = || lock(&fixture.stream.submitted).len();
         fixture.stream.hold.store(true, Ordering::SeqCst);
-        let door = {
+        let door = |sees| {
             let shared = shared.clone();
             std::thread::spawn(move || {
-                shared.write(shared.epoch(), |tx| {
+                shared.write(shared.epoch(), sees, |tx| {
                     tx.execute("UPDATE indexed SET through_seq = through_seq", [])?;
                     Ok(())
                 })
             })
         };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while shared.writer.try_lock().is_ok() {
-            assert!(Instant::now() < deadline, "the write took the writer");
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        let until = |what: &str, done: &dyn Fn() -> bool| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !done() {
+                assert!(Instant::now() < deadline, "{what}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        let first = door(Sees::Published);
+        until("the first write's window is submitted", &|| {
+            submitted() == 1
+        });
+        assert!(shared.writer.try_lock().is_ok(), "the writer is free");
+        let second = door(Sees::Published);
+        until("the second write commits beside it", &|| submitted() == 2);
         let (append, answered, _) = share(&orders, vec![NewRecord::new("1")]);
         assert!(shared.queue.push(append).is_ok());
-        // The step that took the append found the writer held and gave its thread back.
-        std::thread::sleep(Duration::from_millis(200));
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while pool.busy() > 0 {
-            assert!(
-                Instant::now() < deadline,
-                "a committer thread waits for the write"
-            );
-            std::thread::sleep(Duration::from_millis(5));
-        }
+        until("the append commits beside them", &|| submitted() == 3);
+        until("no committer thread stays busy", &|| pool.busy() == 0);
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!first.is_finished() && !second.is_finished());
         assert!(
             answered.try_recv().is_err(),
             "not answered before it landed"
@@ -1171,12 +1176,55 @@ mod replicated {
 
         fixture.stream.hold.store(false, Ordering::SeqCst);
         fixture.stream.answer_all(None);
-        door.join()
-            .unwrap()
-            .expect("the write landed and committed");
+        for write in [first, second] {
+            write.join().unwrap().expect("the write landed");
+        }
         let answer = answered
             .recv_timeout(Duration::from_secs(10))
-            .expect("the append is answered once the writer is free");
+            .expect("the append is answered once its window landed");
         assert!(answer.is_ok(), "{answer:?}");
+    }
+
+    /// A write whose window does not land by its deadline is answered `unavailable` even with
+    /// no committer step to settle it, and the volume takes no write until the landing is
+    /// known; once it landed, writes are taken again and the write is in the file.
+    #[test]
+    fn a_write_not_landed_in_time_is_answered_unavailable_and_settled_once_it_lands() {
+        let fixture = replicated_volume(Duration::from_millis(200));
+        let shared = fixture.volume.shared_arc();
+        fixture.stream.hold.store(true, Ordering::SeqCst);
+        let write = |value: i64| {
+            shared.write(shared.epoch(), Sees::Published, |tx| {
+                tx.execute("UPDATE indexed SET through_seq = ?1", [value])?;
+                Ok(())
+            })
+        };
+        let started = Instant::now();
+        assert!(matches!(
+            write(7),
+            Err(StoreError::Replica(StreamError::NotInTime))
+        ));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert!(matches!(
+            write(8),
+            Err(StoreError::Replica(StreamError::Unsettled))
+        ));
+
+        fixture.stream.hold.store(false, Ordering::SeqCst);
+        fixture.stream.answer_all(None);
+        // Settling the landing reloaded what memory holds (a new epoch): a write under the old
+        // one is refused, as a store opened before would be, and taken once reopened.
+        write(9)
+            .or_else(|err| {
+                assert!(matches!(err, StoreError::Poisoned), "{err:?}");
+                write(9)
+            })
+            .expect("writes are taken again once the landing is known");
+        let through: i64 = shared
+            .snapshot(|conn| {
+                Ok(conn.query_row("SELECT through_seq FROM indexed", [], |row| row.get(0))?)
+            })
+            .unwrap();
+        assert_eq!(through, 9);
     }
 }

@@ -51,7 +51,7 @@ impl Volume {
         if self.damage().is_some() {
             return Ok(false);
         }
-        shared.write(shared.epoch(), |tx| {
+        shared.write(shared.epoch(), super::Sees::InFlight, |tx| {
             let recorded: Option<String> = tx
                 .prepare_cached("SELECT limits FROM due_limits WHERE id = 1")?
                 .query_row([], |row| row.get(0))

@@ -1,14 +1,16 @@
 //! A volume's side of its landings: each write door hands its transaction's changes to the
-//! stream and commits once they landed, and what waits for the stream is settled before any
-//! other write (the rules are told in `store/replication.rs`).
+//! stream, commits at once and joins the committer's groups in flight, answering once they
+//! landed, and what waits for the stream is settled before any other write (the rules are
+//! told in `store/replication.rs`).
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, TryRecvError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 
+use super::committer::InFlight;
 use super::{Shared, Writer};
 use crate::store::replication::{Landed, Position, StreamError, record_position};
 use crate::store::{StoreError, lock, redo};
@@ -52,6 +54,42 @@ impl Submitted {
         self.deadline
     }
 }
+
+/// A write that joined the groups in flight, until its window settles (see
+/// [`Shared::commit_in_flight`]).
+pub(in crate::store) struct Settling {
+    settled: Receiver<Result<(), StoreError>>,
+    deadline: Instant,
+}
+
+impl Settling {
+    /// Waits, holding nothing, until the write's window landed and the groups before it were
+    /// published, or it failed: the committer settles the groups in flight as their landings
+    /// arrive. Past the deadline, with no answer yet, it settles them itself (the committer
+    /// may be resting), which fails them `unavailable`.
+    pub(in crate::store) fn wait(self, shared: &Shared) -> Result<(), StoreError> {
+        let mut until = self.deadline;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.settled.recv_timeout(left) {
+                Ok(settled) => return settled,
+                Err(RecvTimeoutError::Timeout) => {
+                    let _ = shared.settle_in_flight(&mut shared.door());
+                    until = Instant::now() + SETTLE_AGAIN;
+                }
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(StreamError::Stopped {
+                        reason: "the volume closed before the write's window settled".into(),
+                    }
+                    .into());
+                }
+            }
+        }
+    }
+}
+
+/// How long a write past its deadline waits between settlings of the groups in flight.
+const SETTLE_AGAIN: Duration = Duration::from_millis(50);
 
 /// A landing the volume settles before any other write: its outcome was not known in time, or
 /// its transaction did not commit locally.
@@ -125,23 +163,44 @@ impl Shared {
         }))
     }
 
-    /// Commits `tx` once what it changed landed in the stream: the way every write door but
-    /// the committer's commits. A landing not known in time leaves `tx` to roll back and is
-    /// settled later ([`Shared::settle_landing`]); a commit that fails after its landing is too.
-    pub(in crate::store) fn commit_landed(&self, tx: Transaction<'_>) -> Result<(), StoreError> {
-        let Some(mut submitted) = self.submit(&tx)? else {
-            return Ok(tx.commit()?);
-        };
-        let deadline = submitted.deadline;
-        match submitted.outcome(Some(deadline)).cloned() {
-            Some(Ok(_)) => tx.commit().map_err(|err| {
-                *lock(&self.pending) = Some(PendingLanding::to_apply(submitted));
-                err.into()
-            }),
-            Some(Err(reason)) => Err(self.fence(reason)),
-            None => {
-                *lock(&self.pending) = Some(PendingLanding::to_apply(submitted));
-                Err(StreamError::NotInTime.into())
+    /// Runs `work` in one transaction of `writer` and commits it at once. On a replicated
+    /// volume the window of what it changed joins the committer's groups in flight, to be
+    /// published after them, in the stream's order: the answer's [`Settling`] tells how it
+    /// ended, without the writer (`None` when nothing is to land). A transaction that fails
+    /// after its changes were handed to the stream leaves them to apply once landed.
+    pub(in crate::store) fn commit_in_flight<T>(
+        &self,
+        writer: &mut Writer,
+        work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
+    ) -> Result<(T, Option<Settling>), StoreError> {
+        let Writer {
+            conn,
+            in_flight,
+            last_seq,
+            ..
+        } = writer;
+        // Set once the changes are handed to the stream: they may land even if the commit fails.
+        let mut landing = None;
+        let committed = (|| {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let value = work(&tx)?;
+            landing = self.submit(&tx)?;
+            tx.commit()?;
+            Ok::<_, StoreError>(value)
+        })();
+        match (committed, landing) {
+            (Ok(value), None) => Ok((value, None)),
+            (Ok(value), Some(landing)) => {
+                let deadline = landing.deadline();
+                let (waiter, settled) = std::sync::mpsc::sync_channel(1);
+                in_flight.push_back(InFlight::beside_groups(landing, *last_seq, Some(waiter)));
+                Ok((value, Some(Settling { settled, deadline })))
+            }
+            (Err(err), landing) => {
+                if let Some(landing) = landing {
+                    *lock(&self.pending) = Some(PendingLanding::to_apply(landing));
+                }
+                Err(err)
             }
         }
     }

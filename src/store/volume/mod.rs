@@ -55,9 +55,7 @@ use std::time::Duration;
 
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::config::DbConfig;
-use rusqlite::{
-    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
-};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Transaction, params};
 
 mod committer;
 mod due;
@@ -181,6 +179,17 @@ impl Drop for Door<'_> {
             self.shared.queue.wake();
         }
     }
+}
+
+/// What a write's work depends on of the memory that the committer's groups in flight bring
+/// (the partitions' ends and due states, the recent records).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Sees {
+    /// Only what is published (a cursor, a lease: checked against what readers see): it runs
+    /// beside the groups in flight.
+    Published,
+    /// What they bring, which it may change too (retention, due times): they land first.
+    InFlight,
 }
 
 /// Held while a partition trims or removes unindexed uploads.
@@ -512,30 +521,41 @@ impl Shared {
     /// Runs `work` in one write transaction of the writer connection and commits it. A storage
     /// error anywhere poisons the volume (SQLite's state after one is nothing to continue
     /// from); definite errors returned by `work` roll back and change nothing.
+    ///
+    /// On a replicated volume the answer waits for the write's window to land, holding neither
+    /// the writer nor any thread but the caller's: the transaction commits at once and joins
+    /// the committer's groups in flight (see [`Shared::commit_in_flight`]), so that the
+    /// volume's other writes, and the opening of its partitions, go on meanwhile. `sees` tells
+    /// whether `work` depends on what the groups in flight bring to memory.
     pub(super) fn write<T>(
         &self,
         epoch: u64,
+        sees: Sees,
         work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
-        let mut writer = self.door();
-        // Checked under the lock: a writer queued behind a failing one must not commit after it.
-        self.check_intact()?;
-        // It sees (and may change) what the groups in flight bring to memory: they land first.
-        self.drain_in_flight(&mut writer)?;
-        self.settle_landing(&mut writer)?;
-        if self.refuses_writes(epoch) {
-            return Err(StoreError::Poisoned);
+        let (value, settling) = {
+            let mut writer = self.door();
+            // Checked under the lock: a writer queued behind a failing one must not commit
+            // after it.
+            self.check_intact()?;
+            if sees == Sees::InFlight {
+                self.drain_in_flight(&mut writer)?;
+            }
+            self.settle_landing(&mut writer)?;
+            if self.refuses_writes(epoch) {
+                return Err(StoreError::Poisoned);
+            }
+            self.commit_in_flight(&mut writer, |tx| {
+                let value = work(tx)?;
+                self.injected_fault(Fault::BeforeCommit)?;
+                Ok(value)
+            })
+            .map_err(|err| self.write_failed(err))?
+        };
+        match settling {
+            Some(settling) => settling.wait(self).map(|()| value),
+            None => Ok(value),
         }
-        (|| -> Result<T, StoreError> {
-            let tx = writer
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = work(&tx)?;
-            self.injected_fault(Fault::BeforeCommit)?;
-            self.commit_landed(tx)?;
-            Ok(value)
-        })()
-        .map_err(|err| self.write_failed(err))
     }
 
     /// Finds a partition (adding it if `create`) and loads where its log ends and when its
@@ -567,7 +587,7 @@ impl Shared {
                 Some(key) => key,
                 None if create => {
                     self.check_intact()?;
-                    self.unsynced(&mut writer.conn, |tx| {
+                    self.commit_unsynced_in_flight(&mut writer, |tx| {
                         tx.prepare_cached(
                             "INSERT INTO partitions (topic, partition) VALUES (?1, ?2)",
                         )?
@@ -618,24 +638,6 @@ impl Shared {
         };
         let oldest = self.oldest_hot(conn, key)?;
         Ok((tail, Due::of(due_at, oldest, tail)))
-    }
-
-    /// Runs `work` in one transaction that is not synced on its own (the next durable commit
-    /// syncs it, the WAL being written in order): for what can be rebuilt or may be forgotten.
-    fn unsynced<T>(
-        &self,
-        conn: &mut Connection,
-        work: impl FnOnce(&Transaction<'_>) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        conn.pragma_update(None, "synchronous", "OFF")?;
-        let result = (|| {
-            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let value = work(&tx)?;
-            self.commit_landed(tx)?;
-            Ok(value)
-        })();
-        conn.pragma_update(None, "synchronous", self.sync.pragma())?;
-        result
     }
 
     /// Clears a poisoned volume: reopens the writer connection (SQLite rolls back whatever the
