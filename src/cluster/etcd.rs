@@ -484,69 +484,28 @@ fn base64_string<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D
 
 #[cfg(test)]
 mod tests {
-    use std::fs::File;
-    use std::net::TcpListener;
-    use std::path::PathBuf;
+    use std::net::{SocketAddr, TcpListener};
     use std::pin::pin;
-    use std::process::{Child, Command, Stdio};
     use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
     use futures_util::StreamExt as _;
 
     use super::*;
 
+    /// The etcd launcher of the integration tests, so that the crate has one; they use the
+    /// rest of it (restarts, signals, a second address). Included rather than a `#[path]`
+    /// module: in an inline module of `src/cluster/etcd.rs`, `#[path]` starts from
+    /// `src/cluster/etcd/tests/`, a folder that does not exist.
+    #[allow(dead_code)]
+    mod launcher {
+        include!("../../tests/it/common/etcd.rs");
+    }
+
     /// The etcd the tests talk to: the endpoints in `DURABILITY_TEST_ETCD_ENDPOINTS`
-    /// (comma-separated), or else members started here.
+    /// (comma-separated), or else members started here, killed when dropped.
     struct TestEtcd {
         endpoints: Vec<String>,
-        members: Vec<Member>,
-    }
-
-    /// An `etcd` process on free ports with its data in a temporary directory, both gone on drop.
-    struct Member {
-        process: Child,
-        dir: PathBuf,
-    }
-
-    impl Member {
-        fn start(client_port: u16, peer_port: u16, cluster: &str) -> Self {
-            let dir =
-                std::env::temp_dir().join(format!("etcd-test-{}-{peer_port}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let (client, peer) = (
-                format!("http://127.0.0.1:{client_port}"),
-                format!("http://127.0.0.1:{peer_port}"),
-            );
-            let process = Command::new("etcd")
-                .args(["--name", &format!("m{peer_port}")])
-                .args(["--data-dir", dir.join("data").to_str().unwrap()])
-                .args([
-                    "--listen-client-urls",
-                    &client,
-                    "--advertise-client-urls",
-                    &client,
-                ])
-                .args([
-                    "--listen-peer-urls",
-                    &peer,
-                    "--initial-advertise-peer-urls",
-                    &peer,
-                ])
-                .args(["--initial-cluster", cluster])
-                .stdout(Stdio::null())
-                .stderr(File::create(dir.join("log")).unwrap())
-                .spawn()
-                .expect("running these tests without DURABILITY_TEST_ETCD_ENDPOINTS needs etcd");
-            Self { process, dir }
-        }
-    }
-
-    impl Drop for Member {
-        fn drop(&mut self) {
-            let _ = self.process.kill();
-            let _ = self.process.wait();
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
+        started: Option<launcher::Etcd>,
     }
 
     impl TestEtcd {
@@ -557,68 +516,48 @@ mod tests {
                         .split(',')
                         .map(|endpoint| endpoint.trim().to_owned())
                         .collect(),
-                    members: Vec::new(),
+                    started: None,
                 },
                 Err(_) => Self::spawn(1).await,
             }
         }
 
-        /// Starts a cluster of `size` members and waits until it has a leader.
+        /// Starts a cluster of `size` members and waits until each serves (see [`serves`]),
+        /// on a thread of the blocking pool.
         async fn spawn(size: usize) -> Self {
-            // Hold every port until all are chosen, so that no two are the same.
-            let listeners: Vec<TcpListener> = (0..2 * size)
-                .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
-                .collect();
-            let ports: Vec<u16> = listeners
-                .iter()
-                .map(|listener| listener.local_addr().unwrap().port())
-                .collect();
-            drop(listeners);
-            let (clients, peers) = ports.split_at(size);
-            let cluster: Vec<String> = peers
-                .iter()
-                .map(|peer| format!("m{peer}=http://127.0.0.1:{peer}"))
-                .collect();
-            let members = clients
-                .iter()
-                .zip(peers)
-                .map(|(&client, &peer)| Member::start(client, peer, &cluster.join(",")))
-                .collect();
-            let endpoints = clients
-                .iter()
-                .map(|client| format!("http://127.0.0.1:{client}"))
-                .collect();
-            let mut etcd = Self { endpoints, members };
-            etcd.wait_healthy().await;
-            etcd
+            let etcd = tokio::task::spawn_blocking(move || launcher::Etcd::start(size, serves))
+                .await
+                .expect("the etcd launcher");
+            Self {
+                endpoints: etcd.endpoint.split(',').map(str::to_owned).collect(),
+                started: Some(etcd),
+            }
         }
 
-        async fn wait_healthy(&mut self) {
-            let deadline = Instant::now() + Duration::from_secs(30);
-            for (endpoint, member) in self.endpoints.iter().zip(&mut self.members) {
-                loop {
-                    if let Ok(answer) = reqwest::get(format!("{endpoint}/health")).await
-                        && answer
-                            .text()
-                            .await
-                            .is_ok_and(|health| health.contains(r#""health":"true""#))
-                    {
-                        break;
-                    }
-                    let exited = member.process.try_wait().unwrap();
-                    if exited.is_some() || Instant::now() > deadline {
-                        let log =
-                            std::fs::read_to_string(member.dir.join("log")).unwrap_or_default();
-                        panic!("etcd at {endpoint} did not start ({exited:?}):\n{log}");
-                    }
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
+        /// Kills every member started here from `first` on.
+        fn kill_from(&mut self, first: usize) {
+            let etcd = self.started.as_mut().expect("members started here");
+            for member in first..etcd.clients.len() {
+                etcd.kill(member);
             }
         }
 
         fn client(&self) -> Etcd {
             Etcd::new(self.endpoints.clone(), Duration::from_secs(5))
         }
+    }
+
+    /// Whether the member at `addr` serves: a read through this module's client succeeds,
+    /// which it does only where the member has a leader (the client requires one). Runs the
+    /// read on a runtime of its own, since the launcher asks from a blocking thread.
+    fn serves(addr: SocketAddr) -> bool {
+        let client = Etcd::new(vec![format!("http://{addr}")], Duration::from_secs(1));
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime")
+            .block_on(client.prefix("/durability-test/ready/"))
+            .is_ok()
     }
 
     /// A prefix no other test, nor an earlier run against the same etcd, writes under.
@@ -830,7 +769,7 @@ mod tests {
         client.put(&format!("{prefix}a"), b"", 0).await.unwrap();
         assert!(matches!(next(&mut watch).await, Some(Ok(_))));
 
-        etcd.members.clear();
+        etcd.kill_from(0);
         assert!(!matches!(next(&mut watch).await, Some(Ok(_))));
         assert!(next(&mut watch).await.is_none());
     }
@@ -846,7 +785,7 @@ mod tests {
         client.put(&format!("{prefix}a"), b"", 0).await.unwrap();
         assert!(matches!(next(&mut watch).await, Some(Ok(_))));
 
-        etcd.members.truncate(1);
+        etcd.kill_from(1);
         let end = next(&mut watch).await;
         let Some(Err(EtcdError::Failed(message))) = end else {
             panic!("the watch outlived the leader: {end:?}")

@@ -21,6 +21,7 @@ use durability::cold::{ColdStore, S3ColdStore, S3Settings, SegmentKey};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 
+use crate::common::bucket::{bucket_of, keys_under};
 use crate::common::process::{Server, replication_env, request};
 use crate::common::{block_on, fd_count_lock, fresh_s3_bucket, s3_endpoint};
 
@@ -58,7 +59,7 @@ fn a_bucket_that_ignores_conditional_writes_is_refused_at_start() {
         "the proxy stripped the probe's conditions"
     );
     assert_eq!(
-        block_on(keys(&s3)),
+        block_on(keys_under(&bucket_of(&s3), "")),
         Vec::<String>::new(),
         "nothing is claimed, and the probe object is deleted"
     );
@@ -72,7 +73,7 @@ fn a_bucket_that_ignores_conditional_writes_is_refused_at_start() {
     let healthy = request(server.addr, "GET", "/healthz", None).expect("the server answers");
     assert_eq!(healthy.0, 200, "{healthy:?}");
     assert!(
-        block_on(keys(&s3)).contains(&"replica/volumes".to_owned()),
+        block_on(keys_under(&bucket_of(&s3), "")).contains(&"replica/volumes".to_owned()),
         "the server claimed the bucket"
     );
 }
@@ -126,7 +127,7 @@ fn check_bucket_runs_the_probe_and_says_the_outcome() {
         "{passed:?}"
     );
     assert_eq!(
-        block_on(keys(&s3)),
+        block_on(keys_under(&bucket_of(&s3), "")),
         Vec::<String>::new(),
         "the check leaves nothing in the bucket"
     );
@@ -242,23 +243,6 @@ fn run(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Exited {
         stdout: stdout.join().expect("stdout"),
         stderr: stderr.join().expect("stderr"),
     }
-}
-
-/// Every key in `s3`'s bucket.
-async fn keys(s3: &S3Settings) -> Vec<String> {
-    let bucket = s3::Bucket::new(
-        &s3.bucket,
-        s3.region().expect("region"),
-        s3.credentials().expect("credentials"),
-    )
-    .expect("a bucket client")
-    .with_path_style();
-    let pages = bucket.list(String::new(), None).await.expect("a listing");
-    pages
-        .into_iter()
-        .flat_map(|page| page.contents)
-        .map(|object| object.key)
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

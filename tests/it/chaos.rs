@@ -9,7 +9,6 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::sleep;
@@ -18,13 +17,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use durability::cold::S3Settings;
 use serde_json::{Value, json};
 
-use crate::cluster::{
-    Etcd, LEASE_TTL_MS, Node, VOLUMES, audit, cluster_view, free_port, one_cluster_at_a_time,
-    owners, wait_for_owners,
+use crate::common::bucket::Proxy;
+use crate::common::cluster::{
+    LEASE_TTL_MS, Node, audit, cluster_view, one_cluster_at_a_time, owners, read_partition_within,
+    start_etcd, volume_holding, wait_for_owners,
 };
-use crate::common::process::{replication_env, request, seed};
+use crate::common::etcd::Etcd;
+use crate::common::process::{request, seed};
 use crate::common::{Rng, block_on, fresh_s3_bucket};
-use crate::replication::Proxy;
 
 /// Three topics of eight partitions: 24 partitions, over every volume.
 const TOPICS: [&str; 3] = ["chaos-a", "chaos-b", "chaos-c"];
@@ -398,38 +398,12 @@ impl Client {
 
 /// A node whose bucket is behind `bucket` (a proxy), with short lease holds.
 fn start_node(name: &str, etcd: &Etcd, s3: &S3Settings, bucket: &str) -> Node {
-    let port = free_port();
+    let local = ("127.0.0.1", None);
+    let mut node = Node::unstarted(name, &etcd.endpoint, s3, bucket, LEASE_TTL_MS, local);
     let log = std::env::var("CHAOS_LOG").unwrap_or_else(|_| "error".to_owned());
-    let env = replication_env(s3, bucket, name).map(|(key, value)| (key, value.to_owned()));
-    let env = env.into_iter().chain([
-        ("DURABILITY__SERVER__BIND", format!("127.0.0.1:{port}")),
-        ("DURABILITY__CLUSTER__ETCD_ENDPOINTS", etcd.endpoint.clone()),
-        (
-            "DURABILITY__CLUSTER__ADVERTISE_URL",
-            format!("http://127.0.0.1:{port}"),
-        ),
-        (
-            "DURABILITY__CLUSTER__LEASE_TTL_MS",
-            LEASE_TTL_MS.to_string(),
-        ),
-        ("DURABILITY__CLUSTER__VOLUMES", VOLUMES.to_owned()),
-        ("DURABILITY__REPLICATION__PUT_RETRY_MS", "2000".to_owned()),
-        ("DURABILITY__LEASES__LEASE_MS", LEASE_MS.to_string()),
-        ("DURABILITY__LEASES__MAX_PARALLELISM", "2".to_owned()),
-        ("RUST_LOG", log),
-    ]);
-    let env = env.map(|(key, value)| (key.to_owned(), value)).collect();
-    let (name, host, dir) = (name.to_owned(), "127.0.0.1".to_owned(), tempfile::tempdir());
-    let dir = dir.expect("temp dir");
-    let mut node = Node {
-        name,
-        host,
-        port,
-        namespace: None,
-        dir,
-        env,
-        server: None,
-    };
+    node.set_env("DURABILITY__LEASES__LEASE_MS", &LEASE_MS.to_string());
+    node.set_env("DURABILITY__LEASES__MAX_PARALLELISM", "2");
+    node.set_env("RUST_LOG", &log);
     node.restart();
     node
 }
@@ -456,8 +430,6 @@ struct Cluster {
     nodes: Vec<Node>,
     proxies: Vec<Proxy>,
     etcd: Etcd,
-    /// Each etcd member's command line, to start it again over its data folder.
-    etcd_args: Vec<Vec<String>>,
     shared: Arc<Shared>,
     faults: BTreeMap<&'static str, u32>,
     self_exits: u32,
@@ -598,21 +570,12 @@ impl Cluster {
         }
     }
 
+    /// Starts etcd member `member` again over its data folder.
     fn start_etcd(&mut self, member: usize) {
-        let args = &self.etcd_args[member];
-        let mut command = Command::new(&args[0]);
-        command
-            .args(&args[1..])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        self.etcd.members[member] = command.spawn().expect("start etcd again");
-        let started = Instant::now();
-        let health = |addr| {
-            request(addr, "GET", "/health", None)
-                .is_ok_and(|(_, health)| health["health"] == "true")
-        };
-        while !health(self.etcd.clients[member]) && started.elapsed().as_secs() < 30 {
-            sleep(Duration::from_millis(100));
+        if !self.etcd.restart(member) {
+            self.log(&format!(
+                "etcd member {member} does not serve 30 s after its start"
+            ));
         }
     }
 
@@ -653,26 +616,12 @@ fn ms(rng: &mut Rng, low: u64, high: u64) -> Duration {
 
 /// Every record of a partition through `node`, or why not.
 fn read_all(node: SocketAddr, topic: &str, partition: u64) -> Result<Vec<Value>, String> {
-    let (mut records, started) = (Vec::new(), Instant::now());
-    loop {
-        let from = records.len();
-        let path = format!("/topics/{topic}/partitions/{partition}/records?from={from}&limit=100");
-        match request(node, "GET", &path, None) {
-            Ok((200, body)) => match body["records"].as_array() {
-                Some(page) if page.is_empty() => return Ok(records),
-                Some(page) => records.extend(page.iter().cloned()),
-                None => return Err(format!("GET {path}: {body}")),
-            },
-            other if started.elapsed() > PATIENCE => return Err(format!("GET {path}: {other:?}")),
-            _ => sleep(Duration::from_millis(200)),
-        }
-    }
+    read_partition_within(node, topic, partition as u32, PATIENCE)
 }
 
 /// A partition and its volume, to match a violation with the faults of the volume's owners.
 fn place(topic: &str, partition: u64) -> String {
-    let id = durability::names::PartitionId::new(topic, partition as u32).expect("a name");
-    let volume = durability::cluster::placement::volume_of(&id, VOLUMES.parse().expect("a count"));
+    let volume = volume_holding(topic, partition as u32);
     format!("{topic}/{partition} (volume {volume})")
 }
 
@@ -926,18 +875,7 @@ impl Drop for StopOnDrop {
 fn run(seed: u64, seconds: u64) -> (Vec<String>, String) {
     let _alone = one_cluster_at_a_time();
     let begun = Instant::now();
-    let etcd = Etcd::start_members(3);
-    let command_line = |pid: u32| -> Vec<String> {
-        let line = std::fs::read(format!("/proc/{pid}/cmdline")).expect("etcd's command line");
-        let args = line.split(|&b| b == 0).filter(|arg| !arg.is_empty());
-        args.map(|arg| String::from_utf8_lossy(arg).into_owned())
-            .collect()
-    };
-    let etcd_args = etcd
-        .members
-        .iter()
-        .map(|member| command_line(member.id()))
-        .collect();
+    let etcd = start_etcd(3);
     let s3 = block_on(fresh_s3_bucket());
     let proxies: Vec<Proxy> = NAMES.iter().map(|_| Proxy::start(&s3.endpoint)).collect();
     let start = |(name, proxy): (&&str, &Proxy)| start_node(name, &etcd, &s3, &proxy.url());
@@ -974,7 +912,6 @@ fn run(seed: u64, seconds: u64) -> (Vec<String>, String) {
         nodes,
         proxies,
         etcd,
-        etcd_args,
         shared: shared.clone(),
         faults,
         self_exits,

@@ -16,13 +16,13 @@ use durability::config::{ColdKind, ReplicationKind};
 use durability::{Config, Event, EventsOutcome, Log};
 use serde_json::Value;
 
-use crate::cluster::{
-    Etcd, LEASE_TTL_MS, Node, PARTITIONS, TOPIC, VOLUMES, append, free_port, one_cluster_at_a_time,
-    owners, read_all, read_partition, volume_of, wait_for_balance, wait_for_owners,
+use crate::common::bucket::Proxy;
+use crate::common::cluster::{
+    LEASE_TTL_MS, Node, PARTITIONS, TOPIC, VOLUMES, append, free_port, one_cluster_at_a_time,
+    owners, read_all, read_partition, start_etcd, volume_of, wait_for_balance, wait_for_owners,
 };
 use crate::common::process::request;
 use crate::common::{block_on, fresh_s3_bucket};
-use crate::replication::Proxy;
 
 /// The settings of node `node` embedded in an application: its data in `data_dir`, the bucket
 /// of `s3` reached at `endpoint`, etcd at `etcd`, and reached by the other nodes at `addr`.
@@ -94,7 +94,7 @@ fn serve_application(log: &Log, addr: SocketAddr) -> actix_web::dev::ServerHandl
 fn an_embedded_node_that_stops_serving_tells_its_application_and_lives_on() {
     let _cluster = one_cluster_at_a_time();
     let s3 = block_on(fresh_s3_bucket());
-    let etcd = Etcd::start();
+    let etcd = start_etcd(1);
     let proxy = Proxy::start(&s3.endpoint);
     let dir = tempfile::tempdir().expect("temp dir");
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
@@ -268,7 +268,7 @@ fn rest_pages(body: &Value) -> Vec<(Vec<(u64, String)>, u64)> {
 fn an_embedded_node_polls_commits_produces_and_lists_across_the_cluster_as_rest_does() {
     let _cluster = one_cluster_at_a_time();
     let s3 = block_on(fresh_s3_bucket());
-    let etcd = Etcd::start();
+    let etcd = start_etcd(1);
     let dir = tempfile::tempdir().expect("temp dir");
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
         .parse()

@@ -3,7 +3,7 @@
 mod actors;
 mod bucket_check;
 mod chaos;
-pub(crate) mod cluster;
+mod cluster;
 mod cold;
 mod cold_faults;
 mod common;
@@ -18,7 +18,7 @@ mod http_errors;
 mod leases;
 mod metrics;
 mod openapi;
-pub(crate) mod replication;
+mod replication;
 mod retention;
 mod retention_alarm;
 mod retention_sweep;

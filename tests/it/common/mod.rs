@@ -6,6 +6,10 @@ use std::sync::Arc;
 use durability::clock::ManualClock;
 use durability::store::{LogStore, Page, StoreError, StoreOptions};
 
+pub mod bucket;
+pub mod cluster;
+/// etcd members on 127.0.0.1, for the cluster tests and the etcd client's unit tests.
+pub mod etcd;
 pub mod process;
 mod rng;
 pub mod routes;
