@@ -20,6 +20,8 @@ mod history_tests;
 mod maintenance;
 pub(crate) mod probe;
 mod take;
+#[cfg(test)]
+mod take_tests;
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};

@@ -13,7 +13,7 @@ use crate::cold::s3::{Objects, Put};
 use crate::store::{LocalCopy, Position, Volume};
 
 /// Attempts at taking a volume whose history its owner keeps changing meanwhile.
-const MAX_TAKE_ATTEMPTS: u32 = 5;
+pub(super) const MAX_TAKE_ATTEMPTS: u32 = 5;
 
 /// Most bytes of windows kept in memory while the volumes are taken, so the volumes that share
 /// a stream read each window once.
@@ -67,6 +67,9 @@ pub(super) struct Taker<'a> {
     seals: HashMap<(String, u64), u64>,
     /// Streams whose writer landed a window where this take tried to fence it: they are live.
     raced: HashSet<(String, u64)>,
+    /// Streams the volume being prepared fenced, whose seals hold only if its history did not
+    /// move meanwhile (see [`Taker::moved`]).
+    fenced: Vec<(String, u64)>,
     cache: HashMap<String, Arc<StreamObject>>,
     cached_bytes: usize,
     /// Windows read ahead of the replay, with their size.
@@ -191,6 +194,7 @@ impl<'a> Taker<'a> {
             first,
             seals: HashMap::new(),
             raced: HashSet::new(),
+            fenced: Vec::new(),
             absent: HashSet::new(),
             cache: HashMap::new(),
             cached_bytes: 0,
@@ -325,6 +329,7 @@ impl<'a> Taker<'a> {
             set_aside(&path, "found damaged")?;
         }
         let mut local = LocalCopy::open(&path)?;
+        self.fenced.clear();
         let manifest_key = self.keys.manifest(volume);
         let found = match self.manifests.remove(&volume) {
             Some(found) => found,
@@ -387,8 +392,7 @@ impl<'a> Taker<'a> {
                 segment.end = None;
             }
             if let Err(err) = replayed {
-                let now = self.objects.get(&manifest_key).await?;
-                if now.is_some_and(|(_, now)| now != etag) {
+                if self.moved(&manifest_key, &etag).await? {
                     log::debug!(
                         "replica: volume {volume}'s replay failed ({err}) as its history moved"
                     );
@@ -396,6 +400,9 @@ impl<'a> Taker<'a> {
                 }
                 return Err(err);
             }
+        }
+        if !self.fenced.is_empty() && self.moved(&manifest_key, &etag).await? {
+            return Err(ReplicaError::HistoryMoved { volume });
         }
         chain.retain(|segment| segment.end != Some(segment.first));
         if !own_open {
@@ -413,6 +420,23 @@ impl<'a> Taker<'a> {
             manifest: next,
             over: etag,
         })
+    }
+
+    /// Whether the manifest at `key` is no longer the one with ETag `etag` that the volume's
+    /// history was read from. If so, the seals of the streams fenced while it was read are
+    /// forgotten: a window found absent may have been collected by its owner after the history
+    /// moved on, and a fence created over it seals nothing (its writer passed it long ago).
+    /// The windows a history names are collected only once no manifest names them, so a seal
+    /// found in a history that did not move holds.
+    async fn moved(&mut self, key: &str, etag: &str) -> Result<bool, ReplicaError> {
+        let now = self.objects.get(key).await?;
+        let moved = now.is_some_and(|(_, now)| now != etag);
+        if moved {
+            for stream in self.fenced.drain(..) {
+                self.seals.remove(&stream);
+            }
+        }
+        Ok(moved)
     }
 
     /// Whether every window up to the one a copy resumes after is in the bucket. A copy commits
@@ -630,7 +654,10 @@ impl<'a> Taker<'a> {
             }
         }
         if seal != Some(seq) {
-            self.raced.insert(stream);
+            self.raced.insert(stream.clone());
+        }
+        if seal.is_some() {
+            self.fenced.push(stream);
         }
         Ok(seal)
     }
