@@ -575,14 +575,12 @@ fn a_writer_paused_with_a_put_in_flight_is_fenced_when_it_resumes() {
 }
 
 /// The bucket holds the answers to the windows of two cursor commits, on two of four volumes,
-/// for 5 s, on a node with one committer thread. Each commit holds its volume's writer while
-/// its window waits, but the committer thread does not wait with it: the node's
-/// `durability_committer_threads_busy` stays at 0 in every sample but one at most (before, the
-/// thread waited for the whole hold, and no volume committed anything), so the appends sent to
-/// every volume meanwhile are committed and answered as soon as the bucket answers, and reads,
-/// bounds and `/healthz` of every volume answer meanwhile (reads and bounds run on the
-/// caller's thread, not on the partition's worker, which the held commit keeps while it
-/// waits).
+/// for 5 s, on a node with one committer thread. The committer thread does not wait with
+/// them: the node's `durability_committer_threads_busy` stays at 0 in every sample but one at
+/// most (before, the thread waited for the whole hold, and no volume committed anything), so
+/// the appends sent to every volume meanwhile are committed and answered as soon as the
+/// bucket answers, and reads, bounds and `/healthz` of every volume answer meanwhile (reads and
+/// bounds run on the caller's thread).
 #[test]
 fn a_write_waiting_for_its_window_keeps_no_committer_thread_waiting() {
     let node = ProxiedNode::start_with(
@@ -670,6 +668,66 @@ fn a_write_waiting_for_its_window_keeps_no_committer_thread_waiting() {
             .expect("an append")
             .expect("answered once the bucket answers");
     }
+}
+
+/// The bucket holds the answer to a cursor commit's window, on a node with one worker thread
+/// and one committer thread. The commit waits for its window holding neither its volume's
+/// writer nor the worker: meanwhile the cursors of a partition of another volume (an operation
+/// the worker runs) and the bounds of two partitions never opened, one of the held volume and
+/// one of another (the registry opens them, looking them up under their volume's writer),
+/// answer, and the commit is still unanswered. Before, the commit kept the worker and the
+/// writer until its window landed, and these waited for it.
+#[test]
+fn a_write_waiting_for_its_window_keeps_neither_its_volume_nor_the_worker() {
+    let node = ProxiedNode::start_with(
+        "solo",
+        "30000",
+        &[
+            ("DURABILITY__STORAGE__VOLUMES", "4"),
+            ("DURABILITY__STORAGE__COMMITTERS", "1"),
+            ("DURABILITY__STORAGE__WORKERS", "1"),
+        ],
+    );
+    let addr = node.server.addr;
+    let volume = |partition: u32| fnv1a_utf16(&format!("{TOPIC}:{partition}")) % 4;
+    let held = 0;
+    let elsewhere = |after: u32| (after + 1..).find(|&p| volume(p) != volume(held)).unwrap();
+    let never_opened_here = (1..).find(|&p| volume(p) == volume(held)).unwrap();
+    let other = elsewhere(0);
+    let never_opened_elsewhere = elsewhere(other);
+    append_once(addr, held, "first").expect("an append");
+    append_once(addr, other, "first").expect("an append");
+
+    *node.proxy.state.hold_containing.lock().unwrap() = Some(b"held-group".to_vec());
+    let commit = thread::spawn(move || {
+        let path = format!("/topics/{TOPIC}/partitions/{held}/cursors/held-group");
+        request(addr, "PUT", &path, Some(&json!({"offset": 1})))
+    });
+    let proxy = &node.proxy;
+    assert!(
+        block_on(eventually(Duration::from_secs(30), async || {
+            proxy.state.holding.load(Ordering::SeqCst) > 0
+        })),
+        "the commit's window reaches the proxy"
+    );
+    let meanwhile = [
+        format!("/topics/{TOPIC}/partitions/{other}/cursors"),
+        format!("/topics/{TOPIC}/partitions/{never_opened_here}/bounds"),
+        format!("/topics/{TOPIC}/partitions/{never_opened_elsewhere}/bounds"),
+    ];
+    for path in &meanwhile {
+        let (status, body) = request(addr, "GET", path, None).expect("an answer");
+        assert_eq!(status, 200, "GET {path} while the bucket holds: {body}");
+        assert!(
+            !commit.is_finished() && proxy.state.holding.load(Ordering::SeqCst) > 0,
+            "GET {path} was answered only once the held commit was: {:?}",
+            commit.is_finished()
+        );
+    }
+
+    node.proxy.release();
+    let (status, body) = commit.join().expect("the commit").expect("an answer");
+    assert_eq!(status, 200, "the held commit lands: {body}");
 }
 
 // ---------------------------------------------------------------------------------------------
