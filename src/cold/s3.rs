@@ -85,7 +85,7 @@ impl S3Settings {
 /// A request that failed without an answer that means something (a network error, a timeout,
 /// a 5xx, a bucket that does not exist), or a client that could not be made: said as a
 /// sentence naming the operation, its key and the bucket (never the XML body S3 answers a
-/// failure with: see [`reason`]).
+/// failure with).
 #[derive(Debug, thiserror::Error)]
 pub enum ObjectError {
     /// A request failed; its outcome is unknown.
@@ -97,7 +97,7 @@ pub enum ObjectError {
         bucket: String,
         /// The object, or the prefix of a listing.
         key: String,
-        /// Why, in words (see [`reason`]).
+        /// Why, in words (never the XML body of a failure).
         reason: String,
     },
     /// The settings make no client (a region, credentials or bucket name it refuses).
