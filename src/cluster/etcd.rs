@@ -17,6 +17,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use serde_json::{Value, json};
 
+use super::keys::{KeyFuture, KeyStore, WatchStream};
+
 /// A client of an etcd cluster; clones share the connection pool and the current endpoint.
 #[derive(Clone)]
 pub(crate) struct Etcd {
@@ -362,6 +364,46 @@ impl Etcd {
     }
 }
 
+/// The store a cluster runs on: each call is the inherent one above.
+impl KeyStore for Etcd {
+    fn grant(&self, ttl: Duration) -> KeyFuture<'_, LeaseId> {
+        Box::pin(Etcd::grant(self, ttl))
+    }
+
+    fn keep_alive(&self, lease: LeaseId) -> KeyFuture<'_, bool> {
+        Box::pin(Etcd::keep_alive(self, lease))
+    }
+
+    fn revoke(&self, lease: LeaseId) -> KeyFuture<'_, ()> {
+        Box::pin(Etcd::revoke(self, lease))
+    }
+
+    fn create<'a>(&'a self, key: &'a str, value: &'a [u8], lease: LeaseId) -> KeyFuture<'a, bool> {
+        Box::pin(Etcd::create(self, key, value, lease))
+    }
+
+    fn put<'a>(&'a self, key: &'a str, value: &'a [u8], lease: LeaseId) -> KeyFuture<'a, ()> {
+        Box::pin(Etcd::put(self, key, value, lease))
+    }
+
+    fn delete_if<'a>(&'a self, key: &'a str, value: &'a [u8]) -> KeyFuture<'a, bool> {
+        Box::pin(Etcd::delete_if(self, key, value))
+    }
+
+    fn prefix<'a>(&'a self, prefix: &'a str) -> KeyFuture<'a, (Vec<KeyValue>, i64)> {
+        Box::pin(Etcd::prefix(self, prefix))
+    }
+
+    fn watch(&self, prefix: &str, start_revision: i64) -> WatchStream {
+        Box::pin(Etcd::watch(self, prefix, start_revision))
+    }
+
+    /// A new connection pool to the same endpoints, with the same request timeout.
+    fn client_of_its_own(&self) -> Arc<dyn KeyStore> {
+        Arc::new(Etcd::new(self.endpoints.to_vec(), self.request_timeout))
+    }
+}
+
 fn put_request(key: &str, value: &[u8], lease: LeaseId) -> Value {
     json!({
         "key": STANDARD.encode(key),
@@ -491,6 +533,7 @@ mod tests {
     use futures_util::StreamExt as _;
 
     use super::*;
+    use crate::cluster::keys::memory::MemoryKeyStore;
 
     /// The etcd launcher of the integration tests, so that the crate has one; they use the
     /// rest of it (restarts, signals, a second address). Included rather than a `#[path]`
@@ -578,9 +621,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn create_only_creates_and_prefix_reads_the_keys_with_their_lease() {
+    async fn create_only_creates_and_prefix_reads_the_keys_with_their_lease_etcd() {
         let etcd = TestEtcd::start().await;
-        let client = etcd.client();
+        create_only_creates_and_prefix_reads_the_keys_with_their_lease(&etcd.client()).await;
+    }
+
+    #[tokio::test]
+    async fn create_only_creates_and_prefix_reads_the_keys_with_their_lease_memory() {
+        create_only_creates_and_prefix_reads_the_keys_with_their_lease(&MemoryKeyStore::new())
+            .await;
+    }
+
+    /// Against etcd and its in-memory double: `create` writes only absent keys, a put under an
+    /// unknown lease fails, and revoking a lease (twice too) deletes its keys.
+    async fn create_only_creates_and_prefix_reads_the_keys_with_their_lease(client: &dyn KeyStore) {
         let prefix = unique_prefix("create");
         let (a, b) = (format!("{prefix}a"), format!("{prefix}b"));
         let lease = client.grant(Duration::from_secs(30)).await.unwrap();
@@ -625,9 +679,19 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn delete_if_deletes_only_the_expected_value() {
+    async fn delete_if_deletes_only_the_expected_value_etcd() {
         let etcd = TestEtcd::start().await;
-        let client = etcd.client();
+        delete_if_deletes_only_the_expected_value(&etcd.client()).await;
+    }
+
+    #[tokio::test]
+    async fn delete_if_deletes_only_the_expected_value_memory() {
+        delete_if_deletes_only_the_expected_value(&MemoryKeyStore::new()).await;
+    }
+
+    /// Against etcd and its in-memory double: `delete_if` deletes a key only while it holds the
+    /// expected value.
+    async fn delete_if_deletes_only_the_expected_value(client: &dyn KeyStore) {
         let prefix = unique_prefix("delete-if");
         let key = format!("{prefix}owner");
         client.put(&key, b"mine", 0).await.unwrap();
@@ -676,9 +740,22 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn watch_from_a_read_sees_the_later_puts_and_deletes_under_the_prefix() {
+    async fn watch_from_a_read_sees_the_later_puts_and_deletes_under_the_prefix_etcd() {
         let etcd = TestEtcd::start().await;
-        let client = etcd.client();
+        watch_from_a_read_sees_the_later_puts_and_deletes_under_the_prefix(&etcd.client()).await;
+    }
+
+    #[tokio::test]
+    async fn watch_from_a_read_sees_the_later_puts_and_deletes_under_the_prefix_memory() {
+        watch_from_a_read_sees_the_later_puts_and_deletes_under_the_prefix(&MemoryKeyStore::new())
+            .await;
+    }
+
+    /// Against etcd and its in-memory double: a watch from a read's revision + 1 sees the puts
+    /// under its prefix after the read, and a revoked lease's keys as deletes.
+    async fn watch_from_a_read_sees_the_later_puts_and_deletes_under_the_prefix(
+        client: &dyn KeyStore,
+    ) {
         let prefix = unique_prefix("watch");
         let (old, new) = (format!("{prefix}old"), format!("{prefix}new"));
         let lease = client.grant(Duration::from_secs(60)).await.unwrap();

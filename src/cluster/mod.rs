@@ -22,8 +22,11 @@
 //! volumes never delays it.
 
 pub(crate) mod etcd;
+pub(crate) mod keys;
 pub mod peer;
 pub mod placement;
+#[cfg(test)]
+mod tests;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
@@ -39,6 +42,7 @@ use crate::store::{ReplicaCounters, Volumes};
 use crate::sync::{lock, read_lock, write_lock};
 pub use etcd::EtcdError;
 use etcd::{Etcd, KeyValue, LeaseId};
+use keys::KeyStore;
 
 /// The exit status the server uses when its node stopped serving ([`Cluster::stopped`]): it may
 /// own nothing any more.
@@ -164,9 +168,9 @@ struct Shared {
     node: String,
     url: String,
     prefix: String,
-    etcd: Etcd,
-    /// etcd's endpoints: the lease keeper talks to them with a client of its own.
-    endpoints: Vec<String>,
+    /// etcd (an in-memory double in unit tests); the lease keeper asks it for a client of its
+    /// own.
+    etcd: Arc<dyn KeyStore>,
     ttl: Duration,
     volume_count: usize,
     view: RwLock<View>,
@@ -253,8 +257,7 @@ impl Cluster {
     /// # Errors
     /// [`ClusterError`] when etcd cannot be reached, or its thread cannot start.
     pub fn connect(settings: &ClusterSettings, node: &str) -> Result<Self, ClusterError> {
-        let endpoints = settings.endpoints();
-        let etcd = Etcd::new(endpoints.clone(), ETCD_TIMEOUT);
+        let etcd: Arc<dyn KeyStore> = Arc::new(Etcd::new(settings.endpoints(), ETCD_TIMEOUT));
         let prefix = format!("/durability/{}/", settings.name);
         let ttl = Duration::from_millis(settings.lease_ttl_ms);
         let (ready, connected) = std::sync::mpsc::channel();
@@ -265,8 +268,8 @@ impl Cluster {
         let url = settings.advertise_url.trim_end_matches('/').to_owned();
         let runtime = crate::background::spawn("durability-cluster", move || async move {
             let connected = async {
-                node_is_free(&config_etcd, &member_key, &url).await?;
-                volume_count(&config_etcd, &config_key, wanted).await
+                node_is_free(&*config_etcd, &member_key, &url).await?;
+                volume_count(&*config_etcd, &config_key, wanted).await
             };
             let _ = ready.send(connected.await);
             // The runtime serves the tasks spawned on it for the process's life.
@@ -282,32 +285,15 @@ impl Cluster {
             settings.advertise_url
         );
         Ok(Self {
-            shared: Arc::new(Shared {
-                node: node.to_owned(),
-                url: settings.advertise_url.trim_end_matches('/').to_owned(),
+            shared: Arc::new(Shared::new(
+                node,
+                &settings.advertise_url,
                 prefix,
                 etcd,
-                endpoints,
                 ttl,
                 volume_count,
-                view: RwLock::new(View {
-                    members: BTreeMap::new(),
-                    owners: vec![None; volume_count],
-                }),
-                volumes: OnceLock::new(),
-                taking: RwLock::new(Vec::new()),
-                releasing: RwLock::new(Vec::new()),
-                lease: AtomicI64::new(0),
-                renewing_since: std::sync::Mutex::new(Instant::now().checked_sub(ttl)),
-                leaving: AtomicBool::new(false),
-                stopping: AtomicBool::new(false),
-                stopped: tokio::sync::watch::Sender::new(None),
-                parts: OnceLock::new(),
-                changed: tokio::sync::Notify::new(),
-                view_read: tokio::sync::watch::Sender::new(0),
                 runtime,
-                counters: ClusterCounters::default(),
-            }),
+            )),
         })
     }
 
@@ -563,7 +549,11 @@ pub struct MemberStatus {
 /// Refuses a node whose name (`member_key`) a live node registered under another URL than
 /// `url`: two processes with one `replication.node_id` would evict each other. A restart under
 /// the same URL replaces its earlier incarnation (see [`Shared::join`]).
-async fn node_is_free(etcd: &Etcd, member_key: &str, url: &str) -> Result<(), ClusterError> {
+async fn node_is_free(
+    etcd: &dyn KeyStore,
+    member_key: &str,
+    url: &str,
+) -> Result<(), ClusterError> {
     let (found, _) = etcd.prefix(member_key).await?;
     let live = found
         .iter()
@@ -582,7 +572,11 @@ async fn node_is_free(etcd: &Etcd, member_key: &str, url: &str) -> Result<(), Cl
 
 /// The cluster's volume count: the one recorded in `key`, or `wanted` recorded there by this
 /// first node.
-async fn volume_count(etcd: &Etcd, key: &str, wanted: usize) -> Result<usize, ClusterError> {
+async fn volume_count(
+    etcd: &dyn KeyStore,
+    key: &str,
+    wanted: usize,
+) -> Result<usize, ClusterError> {
     let record = serde_json::to_vec(&ClusterConfig { volumes: wanted }).expect("serializes");
     etcd.create(key, &record, 0).await?;
     let (found, _) = etcd.prefix(key).await?;
@@ -624,6 +618,44 @@ fn tick(ttl: Duration) -> Duration {
 }
 
 impl Shared {
+    /// A node's part in the cluster before it joins: `node` reached at `url`, its keys under
+    /// `prefix` in `etcd`, its tasks spawned on `runtime`.
+    fn new(
+        node: &str,
+        url: &str,
+        prefix: String,
+        etcd: Arc<dyn KeyStore>,
+        ttl: Duration,
+        volume_count: usize,
+        runtime: tokio::runtime::Handle,
+    ) -> Self {
+        Self {
+            node: node.to_owned(),
+            url: url.trim_end_matches('/').to_owned(),
+            prefix,
+            etcd,
+            ttl,
+            volume_count,
+            view: RwLock::new(View {
+                members: BTreeMap::new(),
+                owners: vec![None; volume_count],
+            }),
+            volumes: OnceLock::new(),
+            taking: RwLock::new(Vec::new()),
+            releasing: RwLock::new(Vec::new()),
+            lease: AtomicI64::new(0),
+            renewing_since: std::sync::Mutex::new(Instant::now().checked_sub(ttl)),
+            leaving: AtomicBool::new(false),
+            stopping: AtomicBool::new(false),
+            stopped: tokio::sync::watch::Sender::new(None),
+            parts: OnceLock::new(),
+            changed: tokio::sync::Notify::new(),
+            view_read: tokio::sync::watch::Sender::new(0),
+            runtime,
+            counters: ClusterCounters::default(),
+        }
+    }
+
     /// Stops serving for good (see [`StopReason`]): at once nothing is claimed, renewed or
     /// served here any more; then the stream is stopped (it lands nothing more), every volume
     /// held is closed, the lease is revoked (its keys go, so other nodes take the volumes at
@@ -723,7 +755,7 @@ impl Shared {
         replicator: Arc<Replicator>,
         replica: Arc<ReplicaCounters>,
     ) {
-        let etcd = Etcd::new(self.endpoints.clone(), ETCD_TIMEOUT);
+        let etcd = self.etcd.client_of_its_own();
         let mut renewed = Instant::now();
         // The lease held before a detach: etcd may still know it.
         let mut previous = 0;
@@ -748,7 +780,7 @@ impl Shared {
                 return self.stop_serving(StopReason::NotLanding);
             }
             if lease == 0 {
-                let rejoined = match self.rejoin(&etcd, inc, previous).await {
+                let rejoined = match self.rejoin(&*etcd, inc, previous).await {
                     Ok(Rejoined::Lease(lease)) => Ok(lease),
                     Ok(Rejoined::Claimed(volume)) => {
                         return self.stop_serving(StopReason::ClaimedWhileDetached { volume });
@@ -814,7 +846,7 @@ impl Shared {
     /// node's stream).
     async fn rejoin(
         &self,
-        etcd: &Etcd,
+        etcd: &dyn KeyStore,
         inc: u64,
         previous: LeaseId,
     ) -> Result<Rejoined, EtcdError> {
@@ -921,7 +953,7 @@ impl Shared {
         use futures_util::StreamExt;
         while !self.leaving.load(Ordering::SeqCst) {
             if let Ok((_, revision)) = self.etcd.prefix(&self.prefix).await {
-                let mut events = std::pin::pin!(self.etcd.watch(&self.prefix, revision + 1));
+                let mut events = self.etcd.watch(&self.prefix, revision + 1);
                 while let Some(Ok(_)) = events.next().await {
                     self.changed.notify_one();
                 }
@@ -958,17 +990,7 @@ impl Shared {
             let mut claimed = Vec::new();
             for &volume in &due {
                 due_since.entry(volume).or_insert_with(Instant::now);
-                let key = self.owner_key(volume);
-                let owned = match self.etcd.create(&key, &mine, lease).await {
-                    Ok(true) => true,
-                    // Claimed by this incarnation earlier, and not taken yet.
-                    Ok(false) => self.owned_by(&key, &mine).await,
-                    Err(err) => {
-                        log::warn!("cluster: claiming volume {volume} failed: {err}");
-                        false
-                    }
-                };
-                if owned {
+                if self.claim(volume, &mine, lease).await {
                     claimed.push(volume);
                 }
             }
@@ -1053,6 +1075,21 @@ impl Shared {
             started.elapsed()
         );
         Ok(())
+    }
+
+    /// Claims volume `volume` for `mine` under `lease`: creates its owner key where absent.
+    /// True when the key holds `mine` now (this incarnation may have claimed it earlier).
+    async fn claim(&self, volume: usize, mine: &[u8], lease: LeaseId) -> bool {
+        let key = self.owner_key(volume);
+        match self.etcd.create(&key, mine, lease).await {
+            Ok(true) => true,
+            // Claimed by this incarnation earlier, and not taken yet.
+            Ok(false) => self.owned_by(&key, mine).await,
+            Err(err) => {
+                log::warn!("cluster: claiming volume {volume} failed: {err}");
+                false
+            }
+        }
     }
 
     /// Whether `key` holds `mine`.
