@@ -42,10 +42,10 @@
 //!   retries its failed runs).
 //! - [`partition`]: [`PartitionActor`](partition::PartitionActor), one per open partition, owning
 //!   no thread: one typed message per operation, group commit through its volume's committer,
-//!   other work handed by a fixed pool of workers to their blocking pools, in the partition's
-//!   order (a write waiting for its window keeps no shared thread); [`Log`]'s appends and hot
-//!   reads go around
-//!   the actor through its shortcut (`shortcut.rs`), saving two thread switches; and one
+//!   other work on a fixed pool of workers, in the partition's order (on a replicated node on
+//!   their blocking pools, so that a write waiting for its window keeps no shared thread);
+//!   [`Log`]'s appends and hot reads go around the actor through its shortcut (`shortcut.rs`),
+//!   saving two thread switches; and one
 //!   `run_interval` tick that checks for idleness and is its retention alarm (it runs
 //!   retention once the due time the store keeps in memory has passed; never two runs of one
 //!   partition at once).

@@ -285,6 +285,12 @@ impl LogStore {
         self.tail.commits.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether its writes wait for their window to land in the replica's stream (its volume is
+    /// replicated): such a wait may last up to `replication.put_retry_ms`.
+    pub(crate) fn waits_for_landings(&self) -> bool {
+        self.volume.shared().replica.is_some()
+    }
+
     /// Whether a failed write left the store refusing writes (until it is reopened).
     pub fn is_poisoned(&self) -> bool {
         self.volume.shared().refuses_writes(self.epoch)
