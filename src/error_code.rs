@@ -26,6 +26,8 @@ pub enum ErrorCode {
     InvalidOffset,
     /// `401`: a bearer token is required and was missing or wrong.
     Unauthorized,
+    /// `403`: the token is known, and lacks the permission the operation needs.
+    Forbidden,
     /// `404`: a partition index at or beyond the topic's partition count.
     UnknownPartition,
     /// `404`: no such route.
@@ -57,13 +59,14 @@ pub enum ErrorCode {
 
 impl ErrorCode {
     /// Every code, in the order of their statuses.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::InvalidRequest,
         Self::InvalidName,
         Self::BatchTooLarge,
         Self::RecordTooLarge,
         Self::InvalidOffset,
         Self::Unauthorized,
+        Self::Forbidden,
         Self::UnknownPartition,
         Self::NotFound,
         Self::MethodNotAllowed,
@@ -87,6 +90,7 @@ impl ErrorCode {
             Self::RecordTooLarge => "record_too_large",
             Self::InvalidOffset => "invalid_offset",
             Self::Unauthorized => "unauthorized",
+            Self::Forbidden => "forbidden",
             Self::UnknownPartition => "unknown_partition",
             Self::NotFound => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
@@ -116,6 +120,7 @@ impl ErrorCode {
             | Self::RecordTooLarge
             | Self::InvalidOffset => 400,
             Self::Unauthorized => 401,
+            Self::Forbidden => 403,
             Self::UnknownPartition | Self::NotFound => 404,
             Self::MethodNotAllowed => 405,
             Self::LeaseNotHeld | Self::LeasesDisabled => 409,

@@ -22,8 +22,11 @@
 //! ```
 //!
 //! In data-flow order:
-//! - [`http`]: the REST server's routes; it talks only to [`Log`]. Its `metrics` module holds the
-//!   server's Prometheus metrics (`GET /metrics`), fed by the handlers and by [`Log`].
+//! - [`http`]: the REST server's routes; it talks only to [`Log`]. Every request but
+//!   `/healthz` passes one check of its bearer token against the credentials of [`auth`] and
+//!   the permission its route needs (`http/auth.rs`, written beside each route). Its `metrics`
+//!   module holds the server's Prometheus metrics (`GET /metrics`), fed by the handlers and by
+//!   [`Log`].
 //! - [`log`]: [`Log`], the cloneable handle: validates names, routes keyed events with the
 //!   partitioning function, and sends each operation to its partition's actor, straight to
 //!   the address it last located (a cache shared by every handle, from which the registry
@@ -119,6 +122,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod auth;
 pub(crate) mod background;
 pub mod clock;
 pub mod cluster;

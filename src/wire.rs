@@ -53,6 +53,10 @@ pub struct ErrorDetail {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub partitions: Option<u32>,
+    /// `forbidden`: the permission the token lacks.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<String>, example = "produce")]
+    pub permission: Option<crate::auth::Permission>,
     /// Whether the answer says when to retry (`Retry-After`): `overloaded`, and `unavailable`
     /// while a volume is rebuilt.
     #[serde(skip)]
@@ -70,6 +74,7 @@ impl ErrorDetail {
             batch_id: None,
             next_offset: None,
             partitions: None,
+            permission: None,
             retry_after: code == ErrorCode::Overloaded,
         }
     }

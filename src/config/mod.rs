@@ -8,6 +8,7 @@
 //! bounds and its checks; small `[metrics]` shares `server`'s. This file holds [`Config`], the
 //! loading, and [`Config::validate`], which runs the sections' checks.
 
+mod auth;
 mod cluster;
 mod cold;
 mod error;
@@ -28,6 +29,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::{Table, Value};
 
+pub use auth::{AuthSettings, TokenSettings};
 pub use cluster::ClusterSettings;
 pub use cold::{ColdKind, ColdSettings};
 pub use error::ConfigError;
@@ -88,6 +90,8 @@ pub struct Config {
     pub replication: ReplicationSettings,
     /// `[cluster]`: the nodes that share the volumes through etcd.
     pub cluster: ClusterSettings,
+    /// `[auth]`: the scoped credentials, besides `server.auth_token`.
+    pub auth: AuthSettings,
     /// `[topics.<name>]`: per-topic settings, already merged over the global sections.
     pub topics: BTreeMap<String, TopicSettings>,
 }
@@ -224,6 +228,7 @@ impl Config {
     pub fn redacted(&self) -> Self {
         let mut config = self.clone();
         config.server.auth_token = redacted(&config.server.auth_token).to_owned();
+        // A hash says nothing of its token; the grants are not secret.
         config.cold.s3_access_key = redacted(&config.cold.s3_access_key).to_owned();
         config.cold.s3_secret_key = redacted(&config.cold.s3_secret_key).to_owned();
         config
@@ -307,10 +312,21 @@ impl Config {
         // stays stable: hence `[storage]` in two steps, its folder first and its counts after
         // the sections that depend on one another.
         self.server.validate()?;
+        self.auth.validate(&self.server.auth_token)?;
         self.storage.validate_data_dir()?;
         self.cold.validate()?;
         self.replication.validate(self.cold.kind)?;
         self.cluster.validate(self.replication.kind)?;
+        if self.cluster.enabled()
+            && self.server.auth_token.is_empty()
+            && !self.auth.tokens.is_empty()
+        {
+            // The nodes call one another with it, for every principal's requests.
+            return Err(ConfigError::invalid(
+                "server.auth_token",
+                "a cluster's nodes call one another with it: set it when [[auth.tokens]] are given",
+            ));
+        }
         self.partitions.validate()?;
         self.storage.validate()?;
         self.topic("").validate("")?;

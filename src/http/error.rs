@@ -32,6 +32,17 @@ impl ApiError {
         &self.0
     }
 
+    /// `403 forbidden`: the caller's token lacks `permission` on `on` (a topic, or every
+    /// topic).
+    pub(crate) fn forbidden(permission: crate::auth::Permission, on: &str) -> Self {
+        let mut detail = ErrorDetail::new(
+            ErrorCode::Forbidden,
+            format!("this token lacks the {permission} permission on {on}"),
+        );
+        detail.permission = Some(permission);
+        Self::from_detail(detail)
+    }
+
     /// `400 invalid_request`.
     pub fn invalid_request(message: impl Into<String>) -> Self {
         Self::new(ErrorCode::InvalidRequest, message)

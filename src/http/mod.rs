@@ -6,6 +6,7 @@
 //! (`413 payload_too_large`) and decoded here, so malformed JSON, wrong types and missing
 //! fields all answer `400 invalid_request` in the contract's JSON error shape.
 
+mod auth;
 mod consume;
 pub mod error;
 mod forward;
@@ -38,30 +39,31 @@ macro_rules! api_routes {
     ($then:ident) => {
         $then! {
             "/topics/{topic}/partitions/{partition}/records" =>
-                post produce::records, get consume::read;
-            "/topics/{topic}/records" => post produce::events;
-            "/openapi.json" => get openapi::openapi;
-            "/topics" => get operations::topics;
-            "/topics/{topic}" => get operations::topic;
-            "/topics/{topic}/groups/{group}/poll" => get consume::poll;
-            "/topics/{topic}/groups/{group}/commit" => post consume::commit;
-            "/topics/{topic}/partitions/{partition}/cursors" => get consume::cursors;
+                post produce::records as produce, get consume::read as consume;
+            "/topics/{topic}/records" => post produce::events as produce;
+            "/openapi.json" => get openapi::openapi as signed;
+            "/topics" => get operations::topics as signed;
+            "/topics/{topic}" => get operations::topic as consume;
+            "/topics/{topic}/groups/{group}/poll" => get consume::poll as consume;
+            "/topics/{topic}/groups/{group}/commit" => post consume::commit as consume;
+            "/topics/{topic}/partitions/{partition}/cursors" => get consume::cursors as consume;
             "/topics/{topic}/partitions/{partition}/cursors/{group}" =>
-                put consume::put_cursor, delete consume::delete_cursor;
-            "/topics/{topic}/groups/{group}/leases" => post leases::claim_any;
+                put consume::put_cursor as consume, delete consume::delete_cursor as admin;
+            "/topics/{topic}/groups/{group}/leases" => post leases::claim_any as consume;
             "/topics/{topic}/partitions/{partition}/groups/{group}/leases" =>
-                post leases::claim, get leases::list;
+                post leases::claim as consume, get leases::list as consume;
             "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/ack" =>
-                post leases::ack;
+                post leases::ack as consume;
             "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/nack" =>
-                post leases::nack;
+                post leases::nack as consume;
             "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/extend" =>
-                post leases::extend;
-            "/topics/{topic}/partitions/{partition}/bounds" => get operations::bounds;
-            "/topics/{topic}/partitions/{partition}/load" => get operations::load;
-            "/topics/{topic}/partitions/{partition}/trim" => post operations::trim;
-            "/topics/{topic}/partitions/{partition}/cold/forget" => post operations::forget_cold;
-            "/cluster" => get operations::cluster;
+                post leases::extend as consume;
+            "/topics/{topic}/partitions/{partition}/bounds" => get operations::bounds as consume;
+            "/topics/{topic}/partitions/{partition}/load" => get operations::load as consume;
+            "/topics/{topic}/partitions/{partition}/trim" => post operations::trim as admin;
+            "/topics/{topic}/partitions/{partition}/cold/forget" =>
+                post operations::forget_cold as admin;
+            "/cluster" => get operations::cluster as admin;
         }
     };
 }
@@ -70,7 +72,7 @@ pub(crate) use api_routes;
 /// Defines `register_routes`, which registers every route of [`api_routes`], one resource per
 /// path.
 macro_rules! register_routes {
-    ($($path:literal => $($method:ident $module:ident :: $handler:ident),+;)*) => {
+    ($($path:literal => $($method:ident $module:ident :: $handler:ident as $need:ident),+;)*) => {
         fn register_routes(cfg: &mut web::ServiceConfig) {
             cfg$(.service(web::resource($path)$(.$method(crate::http::$module::$handler))+))*;
         }
@@ -86,7 +88,10 @@ use metrics::Metrics;
 #[derive(Clone)]
 pub struct HttpState {
     log: Log,
-    auth_token: Option<String>,
+    /// Who may call, and what (`[auth]` and `server.auth_token`).
+    credentials: std::sync::Arc<crate::auth::Credentials>,
+    /// Whether `GET /metrics` answers without a token (`auth.metrics_public`).
+    metrics_public: bool,
     max_body_bytes: usize,
     /// Longest wait for a request's body (`server.request_timeout_ms`).
     request_timeout: std::time::Duration,
@@ -115,15 +120,21 @@ impl HttpState {
 
     /// The same, counting into `metrics` (shared by every worker of one server).
     pub fn with_metrics(log: Log, metrics: Metrics) -> Self {
-        let server = &log.config().server;
-        let auth_token = (!server.auth_token.is_empty()).then(|| server.auth_token.clone());
+        let config = log.config();
+        let server = &config.server;
+        let credentials = config
+            .auth
+            .credentials(&server.auth_token)
+            .expect("a validated configuration has valid credentials");
+        let metrics_public = config.auth.metrics_public;
         let max_body_bytes = server.max_body_bytes;
         let request_timeout = std::time::Duration::from_millis(server.request_timeout_ms);
         let max_wait = std::time::Duration::from_millis(server.max_wait_ms);
         let forwarder = log.cluster().map(|_| forward::Forwarder::new(max_wait));
         Self {
+            credentials: std::sync::Arc::new(credentials),
+            metrics_public,
             log,
-            auth_token,
             max_body_bytes,
             request_timeout,
             max_wait,
@@ -167,7 +178,7 @@ pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web:
                     ErrorHandlers::new()
                         .handler(StatusCode::METHOD_NOT_ALLOWED, method_not_allowed),
                 )
-                .wrap(from_fn(authenticate))
+                .wrap(from_fn(auth::authenticate))
                 .wrap(from_fn(metrics::observe))
                 // One resource per path, so a known path with a method it does not serve is
                 // answered 405 with `Allow` (a route per method would answer 404).
@@ -176,32 +187,6 @@ pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web:
                 .default_service(web::to(not_found)),
         );
     }
-}
-
-/// Every route but `/healthz` requires `Authorization: Bearer <token>` when the server has a
-/// token. The comparison takes the same time wherever the tokens differ.
-async fn authenticate(
-    request: ServiceRequest,
-    next: Next<impl MessageBody + 'static>,
-) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let expected = request
-        .app_data::<web::Data<HttpState>>()
-        .and_then(|state| state.auth_token.clone());
-    if let Some(expected) = expected {
-        let given = request
-            .headers()
-            .get(actix_web::http::header::AUTHORIZATION)
-            .and_then(|value| value.to_str().ok())
-            .and_then(bearer_token)
-            .unwrap_or("");
-        if !constant_time_eq(given.as_bytes(), expected.as_bytes()) {
-            let response =
-                ApiError::new(ErrorCode::Unauthorized, "a valid bearer token is required")
-                    .error_response();
-            return Ok(request.into_response(response).map_into_right_body());
-        }
-    }
-    Ok(next.call(request).await?.map_into_left_body())
 }
 
 /// A body whose declared `Content-Length` exceeds `server.max_body_bytes` is refused with
@@ -223,20 +208,6 @@ async fn refuse_declared_oversize(
         return Ok(request.into_response(response).map_into_right_body());
     }
     Ok(next.call(request).await?.map_into_left_body())
-}
-
-/// The token of an `Authorization: Bearer <token>` value; the scheme's case does not matter
-/// (RFC 9110).
-fn bearer_token(value: &str) -> Option<&str> {
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim_start())
-}
-
-/// Compares without stopping at the first difference (only the length leaks).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 
 /// actix-web answers a known path's unserved method `405` with `Allow` and no body: give it
@@ -262,29 +233,4 @@ fn method_not_allowed<B>(
 
 async fn not_found() -> HttpResponse {
     ApiError::new(ErrorCode::NotFound, "no such route").error_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::constant_time_eq;
-
-    /// The bearer scheme is matched whatever its case; other schemes give no token.
-    #[test]
-    fn bearer_scheme_is_case_insensitive() {
-        use super::bearer_token;
-        assert_eq!(bearer_token("Bearer abc"), Some("abc"));
-        assert_eq!(bearer_token("bearer abc"), Some("abc"));
-        assert_eq!(bearer_token("BEARER abc"), Some("abc"));
-        assert_eq!(bearer_token("Basic abc"), None);
-        assert_eq!(bearer_token("Bearer"), None);
-    }
-
-    /// Equal tokens match; any difference, including length, does not.
-    #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
-        assert!(!constant_time_eq(b"", b"secret"));
-    }
 }

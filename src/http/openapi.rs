@@ -39,7 +39,7 @@ use crate::error::ErrorCode;
 /// `/healthz`; `/metrics` is added by [`Additions`]), its bodies and its errors: the part of
 /// the document that no setting changes. [`document`] adds the part that settings do.
 macro_rules! api_doc {
-    ($($path:literal => $($method:ident $module:ident :: $handler:ident),+;)*) => {
+    ($($path:literal => $($method:ident $module:ident :: $handler:ident as $need:ident),+;)*) => {
         #[derive(OpenApi)]
         #[openapi(
             info(
@@ -70,9 +70,10 @@ super::api_routes!(api_doc);
 
 /// The document of a server running with `config`.
 ///
-/// With `server.auth_token` set, every operation but `GET /healthz` requires the bearer token
-/// and lists its `401`; without one, the document has no security requirement and no `401`
-/// (the server never answers it). The produce bodies, the `413` answers and `waitMs` state this
+/// With `server.auth_token` or `[[auth.tokens]]` set, every operation but `GET /healthz` (and
+/// `GET /metrics` with `auth.metrics_public`) requires the bearer token and lists its `401`,
+/// and with scoped tokens its `403`; without any, the document has no security requirement
+/// and no `401` (the server never answers it). The produce bodies, the `413` answers and `waitMs` state this
 /// server's `log.max_batch_size`, `log.max_record_bytes`, `server.max_body_bytes` and
 /// `server.max_wait_ms`; `{partition}` goes up to the largest `partitions_per_topic` less one.
 pub fn document(config: &Config) -> utoipa::openapi::OpenApi {
@@ -159,17 +160,34 @@ struct Configured<'a>(&'a Config);
 impl Modify for Configured<'_> {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         let config = self.0;
-        if !config.server.auth_token.is_empty() {
+        if !config.server.auth_token.is_empty() || !config.auth.tokens.is_empty() {
             let unauthorized = ResponseBuilder::new()
                 .description("`unauthorized`: missing or wrong bearer token")
                 .content("application/json", error_content())
                 .build();
+            let forbidden = ResponseBuilder::new()
+                .description(
+                    "`forbidden`: the token lacks the permission the operation needs on its \
+                     topic (named in `permission`)",
+                )
+                .content("application/json", error_content())
+                .build();
+            let scoped = !config.auth.tokens.is_empty();
+            let public = |id: Option<&str>| {
+                id == Some("healthz") || (id == Some("metrics") && config.auth.metrics_public)
+            };
             for operation in operations(openapi) {
-                if operation.operation_id.as_deref() != Some("healthz") {
-                    operation
-                        .responses
-                        .responses
-                        .insert("401".to_owned(), unauthorized.clone().into());
+                let id = operation.operation_id.as_deref();
+                if public(id) {
+                    // `security: []`: no requirement, rather than the document-wide bearer token.
+                    operation.security = Some(Vec::new());
+                    continue;
+                }
+                let responses = &mut operation.responses.responses;
+                responses.insert("401".to_owned(), unauthorized.clone().into());
+                // Any known token may list the topics (it sees those it may) and read this.
+                if scoped && !matches!(id, Some("listTopics" | "openapi")) {
+                    responses.insert("403".to_owned(), forbidden.clone().into());
                 }
             }
             openapi
@@ -183,8 +201,6 @@ impl Modify for Configured<'_> {
                 "bearerAuth",
                 Vec::<String>::new(),
             )]);
-            // `security: []`: no requirement, rather than the document-wide bearer token.
-            operation(openapi, "healthz").security = Some(Vec::new());
         }
 
         let log = &config.log;

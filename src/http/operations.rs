@@ -4,6 +4,7 @@ use actix_web::{HttpRequest, HttpResponse, web};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
+use super::auth::Caller;
 use super::error::ErrorBody;
 use super::forward::forwarded;
 use super::params;
@@ -208,6 +209,7 @@ pub async fn forget_cold(
 pub async fn topics(
     state: web::Data<HttpState>,
     request: HttpRequest,
+    caller: Caller,
 ) -> Result<HttpResponse, ApiError> {
     let query = Query::parse(request.query_string())?;
     let (after, limit) = (query.text("after"), query.limit()?);
@@ -217,9 +219,12 @@ pub async fn topics(
     } else {
         state.log.topics_page(after, limit).await?
     };
+    // A page may hold fewer than `limit` topics once those hidden from the caller are left
+    // out; `next` goes on from the last one listed or hidden.
     let topics = page
         .topics
         .into_iter()
+        .filter(|topic| caller.sees(&topic.name))
         .map(|topic| TopicSummary {
             name: topic.name,
             partitions: topic.partitions,

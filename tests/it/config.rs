@@ -395,3 +395,67 @@ fn cold_dir_defaults_under_the_data_dir() {
         Path::new("relative/cold")
     );
 }
+
+/// `[[auth.tokens]]` from a file: each token's hash and grants are read, and a hash that is not
+/// 64 hex digits, a grant that does not parse, a name or a hash given twice, or the hash of
+/// `server.auth_token` itself are refused naming the token's key.
+#[test]
+fn scoped_tokens_are_read_and_bad_ones_refused_by_name() {
+    let hash = "a".repeat(64);
+    let other = "b".repeat(64);
+    let token = |name: &str, sha256: &str, grant: &str| {
+        format!(
+            "[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{sha256}\"\ngrants = [\"{grant}\"]\n"
+        )
+    };
+    let good = token("orders", &hash, "orders.*:produce,consume");
+    let config = Config::from_sources(Some(("good.toml", &good)), env(&[])).unwrap();
+    assert_eq!(config.auth.tokens.len(), 1);
+    assert_eq!(config.auth.tokens[0].grants, ["orders.*:produce,consume"]);
+    assert!(!config.auth.metrics_public);
+
+    let cases = [
+        (token("a", "abc", "t:produce"), "auth.tokens[0].sha256"),
+        (token("a", &hash, "t:write"), "auth.tokens[0].grants"),
+        (token("a", &hash, "t*x:produce"), "auth.tokens[0].grants"),
+        (
+            token("a", &hash, "t:produce") + &token("a", &other, "t:produce"),
+            "auth.tokens[1].name",
+        ),
+        (
+            token("a", &hash, "t:produce") + &token("b", &hash, "t:produce"),
+            "auth.tokens[1].sha256",
+        ),
+    ];
+    for (text, key) in cases {
+        let refused = Config::from_sources(Some(("auth.toml", &text)), env(&[]));
+        assert_eq!(invalid_key(refused), key, "{text}");
+    }
+    // The single token is one credential too: a scoped token cannot be it.
+    let sha256_of_token = durability::auth::token_hash("hunter2");
+    let same = token("a", &hex::encode(sha256_of_token), "t:produce");
+    let refused = Config::from_sources(
+        Some(("same.toml", &same)),
+        env(&[("DURABILITY__SERVER__AUTH_TOKEN", "hunter2")]),
+    );
+    assert_eq!(invalid_key(refused), "server.auth_token");
+}
+
+/// A cluster's nodes call one another with `server.auth_token`: scoped tokens without it are
+/// refused.
+#[test]
+fn a_cluster_with_scoped_tokens_needs_the_nodes_token() {
+    let text = format!(
+        "[replication]\nkind = \"s3\"\n[cold]\nkind = \"s3\"\ns3_bucket = \"b\"\n\
+         [cluster]\netcd_endpoints = \"http://127.0.0.1:2379\"\nadvertise_url = \"http://127.0.0.1:8080\"\n\
+         [[auth.tokens]]\nname = \"a\"\nsha256 = \"{}\"\ngrants = [\"t:produce\"]\n",
+        "a".repeat(64)
+    );
+    let refused = Config::from_sources(Some(("cluster.toml", &text)), env(&[]));
+    assert_eq!(invalid_key(refused), "server.auth_token");
+    let accepted = Config::from_sources(
+        Some(("cluster.toml", &text)),
+        env(&[("DURABILITY__SERVER__AUTH_TOKEN", "nodes-token")]),
+    );
+    assert!(accepted.is_ok(), "{accepted:?}");
+}

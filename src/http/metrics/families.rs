@@ -27,6 +27,7 @@
 //! | `durability_leases` | gauge (lease rows; groups that lease only) | `topic`, `partition`, `group`, `state` |
 //! | `durability_cold_flushes_total` | counter | `result` (`ok`, `error`) |
 //! | `durability_http_request_duration_seconds` | histogram | `method`, `route`, `status` |
+//! | `durability_auth_failures_total` | counter (requests refused by their token) | `reason` (`missing`, `unknown`, `forbidden`) |
 //! | `durability_open_partitions` | gauge | |
 //! | `durability_partition_actors` | gauge (actors alive: open partitions, and closed ones not yet dropped) | |
 //! | `durability_partitions_opened_total`, `durability_partitions_closed_total` | counter | |
@@ -80,6 +81,7 @@ struct Inner {
     topics: TopicCounters,
     groups: GroupPositions,
     cold_flushes: IntCounterVec,
+    auth_failures: IntCounterVec,
     request_duration: HistogramVec,
     open_partitions: IntGauge,
     partition_actors: IntGauge,
@@ -252,6 +254,16 @@ impl Metrics {
                     &["result"],
                 ),
             ),
+            auth_failures: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "durability_auth_failures_total",
+                        "Requests refused by their token, by reason (missing, unknown, forbidden).",
+                    ),
+                    &["reason"],
+                ),
+            ),
             request_duration: register(
                 &registry,
                 HistogramVec::new(
@@ -390,6 +402,14 @@ impl Metrics {
     /// Counts `records` records of `bytes` payload bytes appended to `topic`.
     pub fn appended(&self, topic: &str, records: u64, bytes: u64) {
         self.inner.topics.add(topic, [records, bytes, 0]);
+    }
+
+    /// Counts a request refused by its token (see `http/auth.rs`).
+    pub(crate) fn count_auth_failure(&self, refusal: crate::http::auth::Refusal) {
+        self.inner
+            .auth_failures
+            .with_label_values(&[refusal.label()])
+            .inc();
     }
 
     /// Counts `records` records returned by a read or poll of `topic` (nothing when zero, so
