@@ -77,10 +77,39 @@ enum Command {
         #[arg(long, value_name = "WHO")]
         by: String,
     },
+    /// Makes credentials for `[[auth.tokens]]`.
+    Token {
+        #[command(subcommand)]
+        action: TokenAction,
+    },
+}
+
+/// What `durability token` does.
+#[derive(clap::Subcommand)]
+enum TokenAction {
+    /// Prints a fresh random token once (on standard error), to give to its holder, and the
+    /// lines to add to the configuration (on standard output), which hold only its SHA-256.
+    /// Needs no configuration.
+    New {
+        /// Who holds it, as logs and metrics name it.
+        #[arg(long, value_name = "NAME")]
+        name: String,
+        /// What it may do, "PATTERN:PERMISSION,..." (at least one; repeat for more): a topic
+        /// name or a prefix ending in *, and produce, consume, admin or metrics. For example
+        /// 'orders.*:produce,consume'.
+        #[arg(long = "grant", value_name = "GRANT", required = true)]
+        grants: Vec<String>,
+    },
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(Command::Token {
+        action: TokenAction::New { name, grants },
+    }) = &args.command
+    {
+        return new_token(name, grants);
+    }
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(DEFAULT_LOG_FILTER))
         .init();
     let config = match Config::load(args.config.as_deref())
@@ -133,6 +162,43 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The `token new` command: 0 with the token and its configuration lines printed, 2 when the
+/// name or a grant is not valid (nothing printed then).
+fn new_token(name: &str, grants: &[String]) -> ExitCode {
+    if name.trim().is_empty() {
+        let _ = writeln!(std::io::stderr(), "error: --name must not be empty");
+        return ExitCode::from(2);
+    }
+    for grant in grants {
+        if let Err(why) = grant.parse::<durability::auth::Grant>() {
+            let _ = writeln!(std::io::stderr(), "error: --grant {why}");
+            return ExitCode::from(2);
+        }
+    }
+    // Two version-4 UUIDs: 244 random bits from the system's generator.
+    let token = format!(
+        "{}{}",
+        uuid::Uuid::new_v4().simple(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let hash = hex::encode(durability::auth::token_hash(&token));
+    let quoted = |text: &str| toml::Value::String(text.to_owned()).to_string();
+    let grants: Vec<String> = grants.iter().map(|grant| quoted(grant)).collect();
+    // The token on standard error, the configuration lines alone on standard output, so that
+    // `durability token new ... >> durability.toml` never writes the token into the file.
+    let _ = writeln!(
+        std::io::stderr(),
+        "token for {name}, shown this once (give it to its holder, keep it secret):\n{token}"
+    );
+    let _ = writeln!(
+        std::io::stdout(),
+        "[[auth.tokens]]\nname = {}\nsha256 = \"{hash}\"\ngrants = [{}]",
+        quoted(name),
+        grants.join(", "),
+    );
+    ExitCode::SUCCESS
 }
 
 /// The `accept-damage` command: 0 when the mark was cleared, 1 when nothing was.

@@ -363,3 +363,49 @@ fn access_log_is_off_by_default_and_on_at_info() {
         "{info}"
     );
 }
+
+/// `durability token new` prints a fresh token on standard error and, on standard output, only
+/// the `[[auth.tokens]]` lines with its hash: a server given those lines takes the token for
+/// what its grant allows and refuses it elsewhere (`403`); two runs make two tokens; a bad
+/// grant exits 2 printing no lines.
+#[test]
+fn a_token_made_by_the_command_line_is_taken_for_its_grants() {
+    use crate::common::process::{Server, exchange};
+    let make = |grant: &str| {
+        Command::new(env!("CARGO_BIN_EXE_durability"))
+            .args(["token", "new", "--name", "orders-service", "--grant", grant])
+            .output()
+            .expect("run the binary")
+    };
+    let made = make("orders.*:produce");
+    assert!(made.status.success(), "{made:?}");
+    let lines = String::from_utf8(made.stdout).unwrap();
+    let stderr = String::from_utf8(made.stderr).unwrap();
+    let token = stderr.lines().last().unwrap().trim().to_owned();
+    assert_eq!(token.len(), 64, "{stderr}");
+    assert!(!lines.contains(&token), "the lines hold no token: {lines}");
+    let again = make("orders.*:produce");
+    assert_ne!(String::from_utf8(again.stderr).unwrap(), stderr);
+    let refused = make("orders:write");
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(refused.stdout.is_empty());
+
+    // The printed lines, as a server's configuration (given inline through the environment).
+    let printed: toml::Table = lines.parse().expect("the lines are TOML");
+    let tokens = printed["auth"]["tokens"].to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), [("DURABILITY__AUTH__TOKENS", tokens)]);
+    let append = |topic: &str, token: &str| {
+        let body = r#"[{"payload": 1}]"#;
+        let request = format!(
+            "POST /topics/{topic}/partitions/0/records HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Authorization: Bearer {token}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        exchange(server.addr, &request).expect("an answer").0
+    };
+    assert!([200, 202].contains(&append("orders.eu", &token)));
+    assert_eq!(append("billing", &token), 403);
+    assert_eq!(append("orders.eu", "not-the-token"), 401);
+}
