@@ -5,7 +5,9 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock, Weak};
+use std::time::{Duration, SystemTime};
 
 use sha2::{Digest, Sha256};
 
@@ -215,6 +217,93 @@ impl Credentials {
     /// never compared: how long the check takes tells nothing of how close a guess came.
     pub fn authenticate(&self, token: &str) -> Option<Arc<Principal>> {
         self.by_hash.get(&token_hash(token)).cloned()
+    }
+}
+
+/// Makes the credentials anew from their sources (the configuration and its tokens file).
+pub type Loader = Box<dyn Fn() -> Result<Credentials, String> + Send + Sync>;
+
+/// How often the tokens file's modification time is looked at.
+const WATCH_EVERY: Duration = Duration::from_secs(1);
+
+/// The credentials in force, shared by every front end, reloaded from their sources on demand
+/// ([`Live::reload`], on SIGHUP) and whenever the tokens file changes: a token is added or
+/// removed without a restart. A reload that fails keeps the credentials in force.
+pub struct Live {
+    current: RwLock<Arc<Credentials>>,
+    load: Loader,
+}
+
+impl fmt::Debug for Live {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Live")
+            .field("credentials", &self.current().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Live {
+    /// The credentials `load` makes now, watching `file` (if any) for changes from a thread of
+    /// its own, which ends with the last handle.
+    ///
+    /// # Errors
+    /// What `load` answers, when it fails.
+    pub fn start(load: Loader, file: Option<PathBuf>) -> Result<Arc<Self>, String> {
+        let live = Arc::new(Self {
+            current: RwLock::new(Arc::new(load()?)),
+            load,
+        });
+        if let Some(file) = file {
+            let watched = Arc::downgrade(&live);
+            std::thread::Builder::new()
+                .name("durability-tokens".into())
+                .spawn(move || watch(&watched, &file))
+                .map_err(|err| format!("the tokens file's watcher: {err}"))?;
+        }
+        Ok(live)
+    }
+
+    /// The credentials in force.
+    pub fn current(&self) -> Arc<Credentials> {
+        crate::sync::read_lock(&self.current).clone()
+    }
+
+    /// Makes the credentials anew from their sources; answers how many there are now. On
+    /// failure the credentials in force stay, and the error says why.
+    ///
+    /// # Errors
+    /// Why the sources could not be read.
+    pub fn reload(&self) -> Result<usize, String> {
+        let fresh = (self.load)()?;
+        let count = fresh.len();
+        *crate::sync::write_lock(&self.current) = Arc::new(fresh);
+        Ok(count)
+    }
+}
+
+/// Reloads `live` whenever `file`'s modification time changes, until `live` is gone.
+fn watch(live: &Weak<Live>, file: &std::path::Path) {
+    let stamp = || {
+        std::fs::metadata(file)
+            .and_then(|meta| meta.modified())
+            .ok()
+    };
+    let mut seen: Option<SystemTime> = stamp();
+    loop {
+        std::thread::sleep(WATCH_EVERY);
+        let Some(live) = live.upgrade() else { return };
+        let now = stamp();
+        if now == seen {
+            continue;
+        }
+        seen = now;
+        match live.reload() {
+            Ok(count) => log::info!("{}: reloaded, {count} credentials", file.display()),
+            Err(why) => log::warn!(
+                "{}: not reloaded, the credentials stay: {why}",
+                file.display()
+            ),
+        }
     }
 }
 

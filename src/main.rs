@@ -305,6 +305,7 @@ async fn serve(config: Config) -> std::io::Result<Served> {
         .disable_signals()
         .run();
     let handle = server.handle();
+    actix_web::rt::spawn(reload_credentials_on_hangup(log.clone()));
     let stopper = log.clone();
     actix_web::rt::spawn(async move {
         shutdown_signal().await;
@@ -334,6 +335,28 @@ const ACCESS_LOG_TARGET: &str = "durability::access";
 /// The longest a shutdown waits for requests in flight (long-polls answer at once) before it
 /// drops their connections.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Reads the credentials anew on every SIGHUP (`auth.tokens_file` above all); a reload that
+/// fails keeps those in force and says why.
+async fn reload_credentials_on_hangup(log: Log) {
+    #[cfg(unix)]
+    {
+        use actix_web::rt::signal::unix::{SignalKind, signal};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            return log::warn!("SIGHUP cannot be handled: credentials reload only on file changes");
+        };
+        while hangups.recv().await.is_some() {
+            match log.reload_credentials() {
+                Ok(count) => log::info!("SIGHUP: credentials reloaded, {count} in force"),
+                Err(why) => {
+                    log::warn!("SIGHUP: credentials not reloaded, those in force stay: {why}")
+                }
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    drop(log);
+}
 
 /// The first SIGINT (Ctrl-C) or SIGTERM: both stop the server gracefully.
 async fn shutdown_signal() {

@@ -1,6 +1,8 @@
 //! `[auth]`: the credentials the server knows besides `server.auth_token`, each a token's
 //! SHA-256 with the grants of topics it holds (see `auth.rs`).
 
+use std::path::PathBuf;
+
 use serde::Deserialize;
 
 use super::ConfigError;
@@ -12,6 +14,9 @@ use crate::auth::{Credentials, Grant, Principal, TokenHash, token_hash};
 pub struct AuthSettings {
     /// `[[auth.tokens]]`: the scoped credentials. Default: none.
     pub tokens: Vec<TokenSettings>,
+    /// A file of more `[[auth.tokens]]`, read again on SIGHUP and whenever it changes: a token
+    /// is added or removed without a restart. Empty: none. Default: empty.
+    pub tokens_file: PathBuf,
     /// Whether `GET /metrics` answers without a token. Default: false.
     pub metrics_public: bool,
 }
@@ -41,10 +46,23 @@ impl AuthSettings {
     /// [`ConfigError::InvalidValue`] naming the token at fault: a hash that is not 64 hex
     /// digits, a grant that does not parse, a name or a hash given twice.
     pub fn credentials(&self, auth_token: &str) -> Result<Credentials, ConfigError> {
+        let from_file = self.file_tokens()?;
         let mut credentials = Credentials::none();
         let mut names = std::collections::BTreeSet::new();
-        for (n, token) in self.tokens.iter().enumerate() {
-            let key = |field: &str| format!("auth.tokens[{n}].{field}");
+        let inline = self
+            .tokens
+            .iter()
+            .enumerate()
+            .map(|(n, token)| (format!("auth.tokens[{n}]"), token));
+        let file = self.tokens_file.display();
+        let listed = from_file.iter().enumerate().map(|(n, token)| {
+            (
+                format!("auth.tokens_file ({file}): auth.tokens[{n}]"),
+                token,
+            )
+        });
+        for (at, token) in inline.chain(listed) {
+            let key = |field: &str| format!("{at}.{field}");
             if token.name.is_empty() || !names.insert(token.name.as_str()) {
                 return Err(ConfigError::invalid(
                     key("name"),
@@ -82,6 +100,33 @@ impl AuthSettings {
             ));
         }
         Ok(credentials)
+    }
+
+    /// The tokens of `tokens_file` (none when it is not set).
+    fn file_tokens(&self) -> Result<Vec<TokenSettings>, ConfigError> {
+        /// A tokens file: `[[auth.tokens]]` and nothing else.
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct TokensFile {
+            #[serde(default)]
+            auth: Option<FileAuth>,
+        }
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct FileAuth {
+            tokens: Vec<TokenSettings>,
+        }
+        if self.tokens_file.as_os_str().is_empty() {
+            return Ok(Vec::new());
+        }
+        let file = self.tokens_file.display();
+        let refused =
+            |why: String| ConfigError::invalid("auth.tokens_file", format!("{file}: {why}"));
+        let text =
+            std::fs::read_to_string(&self.tokens_file).map_err(|err| refused(err.to_string()))?;
+        // The parser's message may quote the file, which holds no secret (hashes only).
+        let parsed: TokensFile = toml::from_str(&text).map_err(|err| refused(err.to_string()))?;
+        Ok(parsed.auth.map(|auth| auth.tokens).unwrap_or_default())
     }
 }
 

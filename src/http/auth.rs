@@ -124,7 +124,7 @@ pub(crate) async fn authenticate(
 
 /// The caller of `request` if it may do what the request asks, else why not.
 fn check(request: &ServiceRequest, state: &HttpState) -> Result<Caller, (Refusal, ApiError)> {
-    let credentials = &state.credentials;
+    let credentials = state.log.credentials();
     let is_metrics = request.path() == "/metrics";
     if !credentials.required() || (is_metrics && state.metrics_public) {
         return Ok(Caller(None));

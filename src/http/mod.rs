@@ -88,8 +88,6 @@ use metrics::Metrics;
 #[derive(Clone)]
 pub struct HttpState {
     log: Log,
-    /// Who may call, and what (`[auth]` and `server.auth_token`).
-    credentials: std::sync::Arc<crate::auth::Credentials>,
     /// Whether `GET /metrics` answers without a token (`auth.metrics_public`).
     metrics_public: bool,
     max_body_bytes: usize,
@@ -122,17 +120,12 @@ impl HttpState {
     pub fn with_metrics(log: Log, metrics: Metrics) -> Self {
         let config = log.config();
         let server = &config.server;
-        let credentials = config
-            .auth
-            .credentials(&server.auth_token)
-            .expect("a validated configuration has valid credentials");
         let metrics_public = config.auth.metrics_public;
         let max_body_bytes = server.max_body_bytes;
         let request_timeout = std::time::Duration::from_millis(server.request_timeout_ms);
         let max_wait = std::time::Duration::from_millis(server.max_wait_ms);
         let forwarder = log.cluster().map(|_| forward::Forwarder::new(max_wait));
         Self {
-            credentials: std::sync::Arc::new(credentials),
             metrics_public,
             log,
             max_body_bytes,

@@ -151,6 +151,14 @@ impl LogBuilder {
         let counters = Arc::new(PartitionCounters::default());
         let addresses = Arc::new(Addresses::default());
         let waits_released = Arc::new(WaitsReleased::default());
+        let credentials = {
+            let (auth, token) = (config.auth.clone(), config.server.auth_token.clone());
+            let file = (!auth.tokens_file.as_os_str().is_empty()).then(|| auth.tokens_file.clone());
+            let load = move || auth.credentials(&token).map_err(|err| err.to_string());
+            crate::auth::Live::start(Box::new(load), file).map_err(|why| {
+                Error::unavailable(None, format!("cannot read the credentials: {why}"), None)
+            })?
+        };
         // The registry's dead-letter sinks append through a `Log` on the registry's own address.
         let registry = PartitionRegistry::create(|ctx| {
             let log = Log {
@@ -167,6 +175,7 @@ impl LogBuilder {
                     replica_counters: replica_counters.clone(),
                     cluster: cluster.clone(),
                     peers: peers.clone(),
+                    credentials: credentials.clone(),
                 }),
             };
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
@@ -236,6 +245,7 @@ impl LogBuilder {
                 replica_counters,
                 cluster,
                 peers,
+                credentials,
             }),
         })
     }

@@ -78,6 +78,8 @@ struct Inner {
     cluster: Option<Cluster>,
     /// How this node reaches the others of its cluster, if it is in one.
     peers: Option<Arc<dyn Peers>>,
+    /// Who may call the front ends, and what (`[auth]`, `server.auth_token`).
+    credentials: Arc<crate::auth::Live>,
 }
 
 impl std::fmt::Debug for Log {
@@ -122,6 +124,21 @@ impl Log {
     /// The configuration in force.
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The credentials in force, which every front end checks its callers against (see
+    /// [`crate::auth`]).
+    pub fn credentials(&self) -> Arc<crate::auth::Credentials> {
+        self.inner.credentials.current()
+    }
+
+    /// Reads the credentials anew (`auth.tokens_file` above all; it is also reloaded whenever
+    /// it changes): answers how many there are now.
+    ///
+    /// # Errors
+    /// Why they could not be read; the credentials in force stay then.
+    pub fn reload_credentials(&self) -> Result<usize, String> {
+        self.inner.credentials.reload()
     }
 
     /// `topic`'s partition count.

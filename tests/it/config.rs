@@ -439,6 +439,12 @@ fn scoped_tokens_are_read_and_bad_ones_refused_by_name() {
         env(&[("DURABILITY__SERVER__AUTH_TOKEN", "hunter2")]),
     );
     assert_eq!(invalid_key(refused), "server.auth_token");
+    // A tokens file that cannot be read is refused too.
+    let missing = Config::from_sources(
+        None,
+        env(&[("DURABILITY__AUTH__TOKENS_FILE", "/nonexistent/tokens.toml")]),
+    );
+    assert_eq!(invalid_key(missing), "auth.tokens_file");
 }
 
 /// A cluster's nodes call one another with `server.auth_token`: scoped tokens without it are

@@ -409,3 +409,74 @@ fn a_token_made_by_the_command_line_is_taken_for_its_grants() {
     assert_eq!(append("billing", &token), 403);
     assert_eq!(append("orders.eu", "not-the-token"), 401);
 }
+
+/// `auth.tokens_file` is read again whenever it changes and on SIGHUP: a token added to it is
+/// taken without a restart and one removed is refused; a file that no longer parses keeps the
+/// tokens in force.
+#[test]
+fn the_tokens_file_is_reloaded_when_it_changes_and_on_sighup() {
+    use crate::common::process::{Server, exchange};
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tokens.toml");
+    let write = |names: &[&str]| {
+        let lines: String = names
+            .iter()
+            .map(|name| {
+                let hash = hex::encode(durability::auth::token_hash(&format!("token-{name}")));
+                format!("[[auth.tokens]]\nname = \"{name}\"\nsha256 = \"{hash}\"\ngrants = [\"orders:produce\"]\n")
+            })
+            .collect();
+        std::fs::write(&file, lines).unwrap();
+    };
+    write(&["a"]);
+    let server = Server::start(
+        &dir.path().join("data"),
+        [("DURABILITY__AUTH__TOKENS_FILE", file.as_os_str())],
+    );
+    let append = |name: &str| {
+        let body = r#"[{"payload": 1}]"#;
+        let request = format!(
+            "POST /topics/orders/partitions/0/records HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Authorization: Bearer token-{name}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        exchange(server.addr, &request).expect("an answer").0
+    };
+    let until = |what: &str, done: &dyn Fn() -> bool| {
+        let deadline = Instant::now() + Duration::from_secs(15);
+        while !done() {
+            assert!(Instant::now() < deadline, "{what}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    assert_eq!((append("a"), append("b")), (202, 401));
+
+    write(&["a", "b"]);
+    until("b is taken once added to the file", &|| append("b") == 202);
+
+    std::fs::write(&file, "[[auth.tokens]]\nname = \n").unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(
+        (append("a"), append("b")),
+        (202, 202),
+        "the tokens in force stay"
+    );
+
+    // Changed without its modification time changing: only SIGHUP reads it.
+    let stamp = std::fs::metadata(&file).unwrap().modified().unwrap();
+    write(&["b"]);
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(stamp)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(append("a"), 202, "no reload before the signal");
+    server.signal("HUP");
+    until("a is refused once removed and the server hung up", &|| {
+        append("a") == 401
+    });
+    assert_eq!(append("b"), 202);
+}
