@@ -24,7 +24,8 @@
 //! In data-flow order:
 //! - [`http`]: the REST server's routes; it talks only to [`Log`]. Every request but
 //!   `/healthz` passes one check of its bearer token against the credentials of [`auth`] and
-//!   the permission its route needs (`http/auth.rs`, written beside each route). Its `metrics`
+//!   the permission its route needs (`http/auth.rs`, written beside each route); [`tls`]
+//!   gives the listener its certificate, reloaded without a restart. Its `metrics`
 //!   module holds the server's Prometheus metrics (`GET /metrics`), fed by the handlers and by
 //!   [`Log`].
 //! - [`log`]: [`Log`], the cloneable handle: validates names, routes keyed events with the
@@ -144,6 +145,7 @@ pub mod routing;
 pub mod store;
 mod sweep;
 mod sync;
+pub mod tls;
 pub mod wire;
 
 pub use config::Config;

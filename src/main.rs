@@ -4,6 +4,7 @@
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use actix_web::middleware::{Condition, Logger};
 use actix_web::{App, HttpServer};
@@ -288,24 +289,38 @@ async fn serve(config: Config) -> std::io::Result<Served> {
                 Logger::new(ACCESS_LOG_FORMAT).log_target(ACCESS_LOG_TARGET),
             ))
             .configure(http::service_with_metrics(served.clone(), metrics.clone()))
-    })
-    .bind(&config.server.bind)
-    .map_err(|err| {
+    });
+    let tls = &config.server.tls;
+    let (server, certificate) = if tls.enabled() {
+        let (tls_config, certificate) =
+            durability::tls::server_config(&tls.cert_file, &tls.key_file, tls.client_ca())
+                .map_err(std::io::Error::other)?;
+        let bound = server.bind_rustls_0_23(&config.server.bind, tls_config);
+        (bound, Some(certificate))
+    } else {
+        (server.bind(&config.server.bind), None)
+    };
+    let server = server.map_err(|err| {
         std::io::Error::new(
             err.kind(),
             format!("cannot listen on {}: {err}", config.server.bind),
         )
     })?;
+    let scheme = if certificate.is_some() {
+        "https"
+    } else {
+        "http"
+    };
     for address in server.addrs() {
         // Printed whatever RUST_LOG says, so scripts can find the port that was picked.
-        let _ = writeln!(std::io::stdout(), "listening on http://{address}");
+        let _ = writeln!(std::io::stdout(), "listening on {scheme}://{address}");
     }
     let server = server
         .shutdown_timeout(SHUTDOWN_GRACE.as_secs())
         .disable_signals()
         .run();
     let handle = server.handle();
-    actix_web::rt::spawn(reload_credentials_on_hangup(log.clone()));
+    actix_web::rt::spawn(reload_on_hangup(log.clone(), certificate));
     let stopper = log.clone();
     actix_web::rt::spawn(async move {
         shutdown_signal().await;
@@ -336,16 +351,26 @@ const ACCESS_LOG_TARGET: &str = "durability::access";
 /// drops their connections.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Reads the credentials anew on every SIGHUP (`auth.tokens_file` above all); a reload that
-/// fails keeps those in force and says why.
-async fn reload_credentials_on_hangup(log: Log) {
+/// Reads the credentials (`auth.tokens_file` above all) and the TLS certificate anew on every
+/// SIGHUP; a reload that fails keeps what is in force and says why.
+async fn reload_on_hangup(log: Log, certificate: Option<Arc<durability::tls::Certificate>>) {
     #[cfg(unix)]
     {
         use actix_web::rt::signal::unix::{SignalKind, signal};
         let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            return log::warn!("SIGHUP cannot be handled: credentials reload only on file changes");
+            return log::warn!("SIGHUP cannot be handled: files reload only when they change");
         };
         while hangups.recv().await.is_some() {
+            if let Some(certificate) = &certificate {
+                match certificate.reload() {
+                    Ok(()) => log::info!("SIGHUP: certificate reloaded"),
+                    Err(why) => {
+                        log::warn!(
+                            "SIGHUP: certificate not reloaded, the one in force stays: {why}"
+                        )
+                    }
+                }
+            }
             match log.reload_credentials() {
                 Ok(count) => log::info!("SIGHUP: credentials reloaded, {count} in force"),
                 Err(why) => {
@@ -355,7 +380,7 @@ async fn reload_credentials_on_hangup(log: Log) {
         }
     }
     #[cfg(not(unix))]
-    drop(log);
+    drop((log, certificate));
 }
 
 /// The first SIGINT (Ctrl-C) or SIGTERM: both stop the server gracefully.

@@ -39,7 +39,7 @@ pub use self::log::{LogSettings, MAX_BATCH_SIZE, MAX_PARTITIONS_PER_TOPIC};
 pub use partitions::PartitionSettings;
 pub use replication::{MAX_PUTS_IN_FLIGHT, ReplicationKind, ReplicationSettings};
 pub use retention::{MAX_LOG_BYTES, RetentionSettings};
-pub use server::{MAX_WAIT_MS, MetricsSettings, ServerSettings};
+pub use server::{MAX_WAIT_MS, MetricsSettings, ServerSettings, TlsSettings};
 pub use storage::{MAX_SCRUB_INTERVAL_MS, StorageSettings};
 pub use topics::TopicSettings;
 
@@ -317,6 +317,14 @@ impl Config {
         self.cold.validate()?;
         self.replication.validate(self.cold.kind)?;
         self.cluster.validate(self.replication.kind)?;
+        if self.cluster.enabled() && self.server.tls.enabled() {
+            // Its nodes would forward to one another in clear, or fail to verify each other.
+            return Err(ConfigError::invalid(
+                "server.tls.cert_file",
+                "a cluster's nodes do not speak TLS to one another yet: run a cluster without \
+                 [server.tls]",
+            ));
+        }
         if self.cluster.enabled()
             && self.server.auth_token.is_empty()
             && !self.auth.tokens.is_empty()

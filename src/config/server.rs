@@ -1,6 +1,7 @@
 //! `[server]` and `[metrics]`: the HTTP listener, and what its `GET /metrics` shows.
 
 use std::net::ToSocketAddrs;
+use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
@@ -24,6 +25,53 @@ pub struct ServerSettings {
     /// Longest wait of a long-poll read (`waitMs`); a longer one is cut to it. At most
     /// [`MAX_WAIT_MS`]. Default: 30,000.
     pub max_wait_ms: u64,
+    /// `[server.tls]`: TLS on the listener.
+    pub tls: TlsSettings,
+}
+
+/// `[server.tls]`: TLS on the listener (see `tls.rs`); off while `cert_file` is empty.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSettings {
+    /// The certificate chain, PEM, the server's own first. Default: empty (no TLS).
+    pub cert_file: PathBuf,
+    /// Its private key, PEM. Default: empty.
+    pub key_file: PathBuf,
+    /// A CA, PEM: when given, only clients presenting a certificate it signed are let in.
+    /// Default: empty.
+    pub client_ca_file: PathBuf,
+}
+
+impl TlsSettings {
+    /// Whether the listener speaks TLS.
+    pub fn enabled(&self) -> bool {
+        !self.cert_file.as_os_str().is_empty()
+    }
+
+    /// The client CA, if one is set.
+    pub fn client_ca(&self) -> Option<&Path> {
+        (!self.client_ca_file.as_os_str().is_empty()).then_some(self.client_ca_file.as_path())
+    }
+
+    fn validate(&self) -> Result<(), ConfigError> {
+        if !self.enabled() {
+            if !self.key_file.as_os_str().is_empty() || self.client_ca().is_some() {
+                return Err(ConfigError::invalid(
+                    "server.tls.cert_file",
+                    "is needed with server.tls.key_file or server.tls.client_ca_file",
+                ));
+            }
+            return Ok(());
+        }
+        if self.key_file.as_os_str().is_empty() {
+            return Err(ConfigError::invalid(
+                "server.tls.key_file",
+                "is needed with server.tls.cert_file",
+            ));
+        }
+        crate::tls::check(&self.cert_file, &self.key_file, self.client_ca())
+            .map_err(|why| ConfigError::invalid("server.tls", why))
+    }
 }
 
 impl ServerSettings {
@@ -39,6 +87,7 @@ impl ServerSettings {
                 format!("{:?} is not a host:port address", self.bind),
             ));
         }
+        self.tls.validate()?;
         positive("server.max_body_bytes", self.max_body_bytes as u64)?;
         positive("server.request_timeout_ms", self.request_timeout_ms)?;
         if self.max_wait_ms > MAX_WAIT_MS {

@@ -465,3 +465,26 @@ fn a_cluster_with_scoped_tokens_needs_the_nodes_token() {
     );
     assert!(accepted.is_ok(), "{accepted:?}");
 }
+
+/// `[server.tls]` needs its certificate and key together, files that hold them, and no
+/// cluster (whose nodes do not speak TLS to one another yet); each fault is refused by key.
+#[test]
+fn tls_settings_are_checked_by_key() {
+    let tls = |lines: &str| format!("[server.tls]\n{lines}");
+    let cases = [
+        (tls("key_file = \"/k.pem\"\n"), "server.tls.cert_file"),
+        (
+            tls("client_ca_file = \"/ca.pem\"\n"),
+            "server.tls.cert_file",
+        ),
+        (tls("cert_file = \"/c.pem\"\n"), "server.tls.key_file"),
+        (
+            tls("cert_file = \"/nonexistent/c.pem\"\nkey_file = \"/nonexistent/k.pem\"\n"),
+            "server.tls",
+        ),
+    ];
+    for (text, key) in cases {
+        let refused = Config::from_sources(Some(("tls.toml", &text)), env(&[]));
+        assert_eq!(invalid_key(refused), key, "{text}");
+    }
+}

@@ -25,3 +25,4 @@ mod retention_sweep;
 mod scrub;
 mod server;
 mod store;
+mod tls;

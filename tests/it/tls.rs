@@ -1,0 +1,349 @@
+//! TLS on the REST listener, with real clients: the server binary with `[server.tls]`,
+//! certificates made by `openssl`, and `curl` (and Python's `ssl` for a connection kept open
+//! across a reload). See `scripts/install-tls-tools`.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Certificates made with `openssl` in a folder: two CAs, and certificates of each kind the
+/// tests need.
+struct Pki {
+    dir: tempfile::TempDir,
+}
+
+impl Pki {
+    fn new() -> Self {
+        let pki = Self {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        for ca in ["ca", "other-ca"] {
+            pki.openssl(&[
+                "req",
+                "-x509",
+                "-newkey",
+                "ec",
+                "-pkeyopt",
+                "ec_paramgen_curve:P-256",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN={ca}"),
+                "-keyout",
+                &format!("{ca}.key"),
+                "-out",
+                &format!("{ca}.pem"),
+            ]);
+        }
+        std::fs::write(
+            pki.path("localhost.ext"),
+            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )
+        .unwrap();
+        std::fs::write(
+            pki.path("elsewhere.ext"),
+            "subjectAltName=DNS:elsewhere.example\n",
+        )
+        .unwrap();
+        pki.sign("server", "ca", "localhost.ext", "2");
+        pki.sign("other-server", "other-ca", "localhost.ext", "2");
+        pki.sign("misnamed", "ca", "elsewhere.ext", "2");
+        // Valid for no time at all: expired by the time it is used.
+        pki.sign("expired", "ca", "localhost.ext", "0");
+        pki.sign("client", "ca", "localhost.ext", "2");
+        std::thread::sleep(Duration::from_millis(1100));
+        pki
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let made = Command::new("openssl")
+            .args(args)
+            .current_dir(self.dir.path())
+            .output()
+            .expect("openssl (scripts/install-tls-tools)");
+        assert!(made.status.success(), "openssl {args:?}: {made:?}");
+    }
+
+    /// `name.pem` and `name.key`, signed by `ca` with the extensions in `ext`.
+    fn sign(&self, name: &str, ca: &str, ext: &str, days: &str) {
+        let (key, csr, pem) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+        );
+        self.openssl(&[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+        ]);
+        self.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            &format!("{ca}.pem"),
+            "-CAkey",
+            &format!("{ca}.key"),
+            "-CAcreateserial",
+            "-days",
+            days,
+            "-extfile",
+            ext,
+            "-out",
+            &pem,
+        ]);
+    }
+
+    /// Makes `name`'s certificate the one the server reads (`server-now.pem` and `.key`).
+    fn serve(&self, name: &str) {
+        for kind in ["pem", "key"] {
+            let staged = self.path(&format!("staged.{kind}"));
+            std::fs::copy(self.path(&format!("{name}.{kind}")), &staged).unwrap();
+            std::fs::rename(staged, self.path(&format!("server-now.{kind}"))).unwrap();
+        }
+    }
+}
+
+/// The server binary over TLS with the certificate `pki.serve` last chose; killed on drop.
+struct TlsServer {
+    child: Child,
+    port: u16,
+    _data: tempfile::TempDir,
+}
+
+impl TlsServer {
+    fn start(pki: &Pki, client_ca: Option<&Path>) -> Self {
+        let data = tempfile::tempdir().unwrap();
+        let mut config = format!(
+            "[server]\nbind = \"127.0.0.1:0\"\n[server.tls]\ncert_file = {:?}\nkey_file = {:?}\n",
+            pki.path("server-now.pem"),
+            pki.path("server-now.key"),
+        );
+        if let Some(ca) = client_ca {
+            config.push_str(&format!("client_ca_file = {ca:?}\n"));
+        }
+        let file = data.path().join("durability.toml");
+        std::fs::write(&file, config).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_durability"))
+            .arg("--config")
+            .arg(&file)
+            .env("DURABILITY__STORAGE__DATA_DIR", data.path().join("data"))
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start the server binary");
+        let announced = BufReader::new(child.stdout.take().unwrap())
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|line| {
+                line.split_once("listening on https://")
+                    .map(|(_, a)| a.to_owned())
+            })
+            .expect("the server announces an https address");
+        let port = announced.rsplit_once(':').unwrap().1.parse().unwrap();
+        Self {
+            child,
+            port,
+            _data: data,
+        }
+    }
+
+    /// `curl`'s exit code and the status it got for `/healthz` at `host`, trusting `ca`, with
+    /// a client certificate when `client` is given.
+    fn curl(&self, host: &str, ca: &Path, client: Option<(&Path, &Path)>) -> (i32, String) {
+        let mut curl = Command::new("curl");
+        curl.args(["--silent", "--max-time", "10", "--output", "/dev/null"])
+            .args(["--write-out", "%{http_code}", "--cacert"])
+            .arg(ca)
+            .arg(format!("https://{host}:{}/healthz", self.port));
+        if let Some((cert, key)) = client {
+            curl.arg("--cert").arg(cert).arg("--key").arg(key);
+        }
+        let out = curl.output().expect("curl (scripts/install-tls-tools)");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Polls `done` every 100 ms for up to 15 s.
+fn until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !done() {
+        assert!(Instant::now() < deadline, "{what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `curl --cacert` reaches the server over TLS; a wrong CA, a certificate for another name
+/// and an expired one fail the handshake (`curl` exits 60: the peer's certificate is not
+/// trusted), each served after a reload of the files; a plaintext request to the TLS port is
+/// answered at once with a TLS alert, never left hanging.
+#[test]
+fn curl_trusts_the_server_only_with_its_ca_its_name_and_a_valid_certificate() {
+    let pki = Pki::new();
+    pki.serve("server");
+    let server = TlsServer::start(&pki, None);
+    let ca = pki.path("ca.pem");
+    assert_eq!(server.curl("localhost", &ca, None), (0, "200".into()));
+    assert_eq!(server.curl("127.0.0.1", &ca, None), (0, "200".into()));
+    assert_eq!(
+        server.curl("localhost", &pki.path("other-ca.pem"), None).0,
+        60
+    );
+
+    for (served, refused) in [
+        ("misnamed", "a certificate for another name"),
+        ("expired", "an expired certificate"),
+    ] {
+        pki.serve(served);
+        until(&format!("{refused} is refused once reloaded"), || {
+            server.curl("localhost", &ca, None).0 == 60
+        });
+    }
+    pki.serve("server");
+    until("the valid certificate is taken again", || {
+        server.curl("localhost", &ca, None) == (0, "200".into())
+    });
+
+    use std::io::{Read, Write};
+    let mut plain = std::net::TcpStream::connect(("127.0.0.1", server.port)).unwrap();
+    plain
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    plain
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = plain.read_to_end(&mut answer);
+    assert_eq!(
+        answer.first(),
+        Some(&0x15),
+        "a TLS alert, then the end: {answer:?}"
+    );
+}
+
+/// A reload (SIGHUP) swaps the certificate while a keep-alive connection made before it stays
+/// up and keeps being served; new connections get the new certificate.
+#[test]
+fn a_reload_swaps_the_certificate_and_keeps_open_connections() {
+    let pki = Pki::new();
+    pki.serve("server");
+    let server = TlsServer::start(&pki, None);
+    // One connection, two requests, with a signal to swap the certificate between them.
+    let script = r#"
+import socket, ssl, sys
+port, ca = int(sys.argv[1]), sys.argv[2]
+context = ssl.create_default_context(cafile=ca)
+connection = context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="localhost")
+def get():
+    connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+    answer = b""
+    while b'{"status":"ok"}' not in answer:
+        chunk = connection.recv(4096)
+        if not chunk:
+            raise SystemExit("closed: " + repr(answer))
+        answer += chunk
+    return answer.split(b" ")[1].decode()
+print(get())
+sys.stdin.readline()
+print(get())
+"#;
+    let mut python = Command::new("python3")
+        .args(["-c", script])
+        .arg(server.port.to_string())
+        .arg(pki.path("ca.pem"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut answers = BufReader::new(python.stdout.take().unwrap()).lines();
+    assert_eq!(answers.next().unwrap().unwrap(), "200");
+
+    // Swapped without the watcher seeing it first: the same modification times.
+    let stamps = ["pem", "key"].map(|kind| {
+        std::fs::metadata(pki.path(&format!("server-now.{kind}")))
+            .unwrap()
+            .modified()
+            .unwrap()
+    });
+    pki.serve("other-server");
+    for (kind, stamp) in ["pem", "key"].into_iter().zip(stamps) {
+        let file = std::fs::File::options()
+            .write(true)
+            .open(pki.path(&format!("server-now.{kind}")));
+        file.unwrap().set_modified(stamp).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let other_ca = pki.path("other-ca.pem");
+    assert_eq!(
+        server.curl("localhost", &other_ca, None).0,
+        60,
+        "not before the signal"
+    );
+    let sent = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status();
+    assert!(sent.unwrap().success());
+    until("new connections get the new certificate", || {
+        server.curl("localhost", &other_ca, None) == (0, "200".into())
+    });
+    assert_eq!(server.curl("localhost", &pki.path("ca.pem"), None).0, 60);
+
+    use std::io::Write;
+    python.stdin.take().unwrap().write_all(b"\n").unwrap();
+    assert_eq!(
+        answers.next().unwrap().unwrap(),
+        "200",
+        "the connection made before is served"
+    );
+    assert!(python.wait().unwrap().success());
+}
+
+/// With `client_ca_file`, a client without a certificate, or with one another CA signed, is
+/// refused in the handshake; one with a certificate the CA signed is served.
+#[test]
+fn a_client_ca_lets_in_only_the_clients_it_signed() {
+    let pki = Pki::new();
+    pki.serve("server");
+    let server = TlsServer::start(&pki, Some(&pki.path("ca.pem")));
+    let ca = pki.path("ca.pem");
+    let (code, status) = server.curl("localhost", &ca, None);
+    assert_ne!((code, status.as_str()), (0, "200"), "no client certificate");
+    let foreign = (pki.path("other-server.pem"), pki.path("other-server.key"));
+    let (code, status) = server.curl("localhost", &ca, Some((&foreign.0, &foreign.1)));
+    assert_ne!(
+        (code, status.as_str()),
+        (0, "200"),
+        "a client certificate of another CA"
+    );
+    let client = (pki.path("client.pem"), pki.path("client.key"));
+    assert_eq!(
+        server.curl("localhost", &ca, Some((&client.0, &client.1))),
+        (0, "200".into())
+    );
+}
