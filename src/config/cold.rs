@@ -43,6 +43,10 @@ pub struct ColdSettings {
     pub s3_secret_key: String,
     /// Path-style requests. Default: true.
     pub s3_path_style: bool,
+    /// A file holding `s3_access_key` instead. Default: empty.
+    pub s3_access_key_file: PathBuf,
+    /// A file holding `s3_secret_key` instead. Default: empty.
+    pub s3_secret_key_file: PathBuf,
 }
 
 impl fmt::Debug for ColdSettings {
@@ -58,6 +62,8 @@ impl fmt::Debug for ColdSettings {
             .field("s3_access_key", &redacted(&self.s3_access_key))
             .field("s3_secret_key", &redacted(&self.s3_secret_key))
             .field("s3_path_style", &self.s3_path_style)
+            .field("s3_access_key_file", &self.s3_access_key_file)
+            .field("s3_secret_key_file", &self.s3_secret_key_file)
             .finish()
     }
 }

@@ -154,10 +154,59 @@ impl Config {
             }
         }
         resolve_topics(&mut merged)?;
-        let config: Self =
+        let mut config: Self =
             serde_path_to_error::deserialize(Value::Table(merged)).map_err(type_error)?;
+        config.read_secret_files()?;
         config.validate()?;
         Ok(config)
+    }
+
+    /// Reads each secret given as a file (`server.auth_token_file`, `cold.s3_access_key_file`,
+    /// `cold.s3_secret_key_file`) into its setting, without its trailing newline. A secret
+    /// given both ways, or a file that cannot be read or is empty, is refused by the file's
+    /// key; no message says what a file holds.
+    fn read_secret_files(&mut self) -> Result<(), ConfigError> {
+        let secrets = [
+            (
+                &self.server.auth_token_file,
+                &mut self.server.auth_token,
+                "server.auth_token",
+            ),
+            (
+                &self.cold.s3_access_key_file,
+                &mut self.cold.s3_access_key,
+                "cold.s3_access_key",
+            ),
+            (
+                &self.cold.s3_secret_key_file,
+                &mut self.cold.s3_secret_key,
+                "cold.s3_secret_key",
+            ),
+        ];
+        for (file, value, key) in secrets {
+            if file.as_os_str().is_empty() {
+                continue;
+            }
+            let file_key = format!("{key}_file");
+            if !value.is_empty() {
+                return Err(ConfigError::invalid(
+                    file_key,
+                    format!("give {key} or this, not both"),
+                ));
+            }
+            let read = std::fs::read_to_string(file).map_err(|err| {
+                ConfigError::invalid(&file_key, format!("{}: {err}", file.display()))
+            })?;
+            let secret = read.trim_end_matches(['\n', '\r']);
+            if secret.is_empty() {
+                return Err(ConfigError::invalid(
+                    file_key,
+                    format!("{} is empty", file.display()),
+                ));
+            }
+            *value = secret.to_owned();
+        }
+        Ok(())
     }
 
     /// The `[log]` settings of `topic`, borrowed (read on every append).

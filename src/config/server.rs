@@ -11,13 +11,15 @@ use super::{ConfigError, positive};
 pub const MAX_WAIT_MS: u64 = 30_000;
 
 /// `[server]`.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServerSettings {
     /// Listen address; port 0 picks a free one. Default: `127.0.0.1:8080`.
     pub bind: String,
     /// Bearer token for every endpoint but `/healthz`; empty: no auth. Default: empty.
     pub auth_token: String,
+    /// A file holding `auth_token` instead. Default: empty.
+    pub auth_token_file: PathBuf,
     /// Largest request body. Default: 16 MiB.
     pub max_body_bytes: usize,
     /// Longest wait for a request's body. Default: 5,000.
@@ -71,6 +73,21 @@ impl TlsSettings {
         }
         crate::tls::check(&self.cert_file, &self.key_file, self.client_ca())
             .map_err(|why| ConfigError::invalid("server.tls", why))
+    }
+}
+
+impl std::fmt::Debug for ServerSettings {
+    /// Like a derived `Debug`, with the token redacted so configs can be logged.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerSettings")
+            .field("bind", &self.bind)
+            .field("auth_token", &super::redacted(&self.auth_token))
+            .field("auth_token_file", &self.auth_token_file)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("max_wait_ms", &self.max_wait_ms)
+            .field("tls", &self.tls)
+            .finish()
     }
 }
 

@@ -488,3 +488,63 @@ fn tls_settings_are_checked_by_key() {
         assert_eq!(invalid_key(refused), key, "{text}");
     }
 }
+
+/// Secrets may come from files, as containers mount them: `server.auth_token_file`,
+/// `cold.s3_access_key_file` and `cold.s3_secret_key_file` are read without their trailing
+/// newline. A secret given both ways, a missing file or an empty one is refused by the file's
+/// key, and neither an error nor the configuration's `Debug` shows a secret.
+#[test]
+fn secrets_are_read_from_files_and_never_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (token, access, secret) = (
+        file("token", "s3cr3t-token\n"),
+        file("access", "s3cr3t-access"),
+        file("secret", "s3cr3t-secret\r\n"),
+    );
+    let config = Config::from_sources(
+        None,
+        env(&[
+            ("DURABILITY__SERVER__AUTH_TOKEN_FILE", &token),
+            ("DURABILITY__COLD__S3_ACCESS_KEY_FILE", &access),
+            ("DURABILITY__COLD__S3_SECRET_KEY_FILE", &secret),
+        ]),
+    )
+    .unwrap();
+    assert_eq!(config.server.auth_token, "s3cr3t-token");
+    assert_eq!(config.cold.s3_access_key, "s3cr3t-access");
+    assert_eq!(config.cold.s3_secret_key, "s3cr3t-secret");
+    assert!(!format!("{config:?}").contains("s3cr3t"), "{config:?}");
+
+    let empty = file("empty", "\n");
+    let cases = [
+        (
+            vec![
+                ("DURABILITY__SERVER__AUTH_TOKEN_FILE", token.as_str()),
+                ("DURABILITY__SERVER__AUTH_TOKEN", "s3cr3t-inline"),
+            ],
+            "server.auth_token_file",
+        ),
+        (
+            vec![(
+                "DURABILITY__COLD__S3_SECRET_KEY_FILE",
+                "/nonexistent/secret",
+            )],
+            "cold.s3_secret_key_file",
+        ),
+        (
+            vec![("DURABILITY__COLD__S3_ACCESS_KEY_FILE", empty.as_str())],
+            "cold.s3_access_key_file",
+        ),
+    ];
+    for (vars, key) in cases {
+        let refused = Config::from_sources(None, env(&vars));
+        let message = format!("{:?}", refused.as_ref().err());
+        assert!(!message.contains("s3cr3t"), "{message}");
+        assert_eq!(invalid_key(refused), key, "{vars:?}");
+    }
+}
