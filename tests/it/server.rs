@@ -480,3 +480,92 @@ fn the_tokens_file_is_reloaded_when_it_changes_and_on_sighup() {
     });
     assert_eq!(append("b"), 202);
 }
+
+/// 10,000 wrong tokens as fast as four clients can send them: every one is answered `401`
+/// and counted, and a client with a valid token is served all along. Its p99 append latency
+/// under the attack, against its own before it, is printed (measured, not asserted: the
+/// machines are shared).
+#[test]
+fn wrong_tokens_at_full_speed_are_refused_and_others_served() {
+    use crate::common::process::{Server, exchange};
+    let hash = hex::encode(durability::auth::token_hash("token-valid"));
+    let tokens =
+        format!("[{{name = \"valid\", sha256 = \"{hash}\", grants = [\"*:produce,metrics\"]}}]");
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        [
+            ("DURABILITY__AUTH__TOKENS", tokens.as_str()),
+            ("DURABILITY__STORAGE__SYNC", "normal"),
+        ],
+    );
+    let addr = server.addr;
+    let send = move |token: &str, path: &str| {
+        let body = r#"[{"payload": 1}]"#;
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        exchange(addr, &request).expect("an answer").0
+    };
+    let valid_appends = |count: usize| -> Vec<Duration> {
+        (0..count)
+            .map(|_| {
+                let asked = Instant::now();
+                assert_eq!(
+                    send("token-valid", "/topics/served/partitions/0/records"),
+                    202
+                );
+                asked.elapsed()
+            })
+            .collect()
+    };
+    let p99 = |mut latencies: Vec<Duration>| {
+        latencies.sort();
+        latencies[latencies.len() * 99 / 100]
+    };
+    let baseline = p99(valid_appends(300));
+
+    let attackers: Vec<_> = (0..4)
+        .map(|attacker| {
+            std::thread::spawn(move || {
+                (0..2_500)
+                    .filter(|n| {
+                        send(
+                            &format!("guess-{attacker}-{n}"),
+                            "/topics/t/partitions/0/records",
+                        ) != 401
+                    })
+                    .count()
+            })
+        })
+        .collect();
+    let mut under_attack = Vec::new();
+    while attackers.iter().any(|attacker| !attacker.is_finished()) {
+        under_attack.extend(valid_appends(10));
+    }
+    let not_refused: usize = attackers
+        .into_iter()
+        .map(|attacker| attacker.join().unwrap())
+        .sum();
+    assert_eq!(not_refused, 0, "every wrong token is refused");
+    assert!(!under_attack.is_empty());
+    let request = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer token-valid\r\n\r\n";
+    let (status, _, metrics) = exchange(addr, request).unwrap();
+    assert_eq!(status, 200);
+    let metrics = String::from_utf8(metrics).unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line == r#"durability_auth_failures_total{reason="unknown"} 10000"#),
+        "{metrics}"
+    );
+    let attacked = p99(under_attack.clone());
+    println!(
+        "p99 of a valid append: {baseline:?} before, {attacked:?} during 10,000 wrong tokens \
+         ({} appends): {:.2}x",
+        under_attack.len(),
+        attacked.as_secs_f64() / baseline.as_secs_f64()
+    );
+}
