@@ -331,27 +331,14 @@ impl PartitionActor {
         self.off_worker(ctx, turn, work)
     }
 
-    /// Runs `work` (a trim) with the store beside the partition's other operations, as its
-    /// waits for the cold tier would otherwise hold them all.
-    fn beside_turn<T, F>(
-        &mut self,
-        ctx: &mut Context<Self>,
-        work: impl FnOnce(Arc<LogStore>) -> F,
-    ) -> ResponseFuture<Result<T, Error>>
-    where
-        F: Future<Output = Result<T, Error>> + Send + 'static,
-        T: Send + 'static,
-    {
-        self.off_worker(ctx, None, work)
-    }
-
-    /// Runs `work` with the store on the partition's worker. Where the store's writes wait for
-    /// their window to land (see [`LogStore::waits_for_landings`]), `work` runs after `turn`
-    /// if given, on a thread of the worker's blocking pool (the worker's own thread drives its
+    /// Runs `work` with the store on the partition's worker; a trim runs beside the other
+    /// operations, with no `turn`, as its waits for the cold tier would otherwise hold them all.
+    /// Where the store's writes wait for their window to land (see
+    /// [`LogStore::waits_for_landings`]), `work` runs after `turn` if given, on a thread of the worker's blocking pool (the worker's own thread drives its
     /// I/O): a write waiting for its window keeps that thread only, never the worker that other
     /// partitions share. Else it runs on the worker's thread itself, one at a time, which
     /// costs no thread switch (about 50 µs a cursor commit, measured).
-    fn off_worker<T, F>(
+    pub(super) fn off_worker<T, F>(
         &mut self,
         ctx: &mut Context<Self>,
         turn: Option<Arc<Turn>>,

@@ -88,7 +88,7 @@ impl Handler<Trim> for PartitionActor {
     /// segment is stored in the cold tier. A trim while retention runs waits for it (the
     /// store's trim lock), so that when it answers the hot window is within its limits.
     fn handle(&mut self, _: Trim, ctx: &mut Context<Self>) -> Self::Result {
-        self.beside_turn(ctx, |store| async move { Ok(store.trim().await?) })
+        self.off_worker(ctx, None, |store| async move { Ok(store.trim().await?) })
     }
 }
 
@@ -156,7 +156,7 @@ impl PartitionActor {
         // The due time this run answers for, as the store holds it before the run.
         let due = self.store.as_ref().and_then(|store| store.due_at());
         let (last_activity, last_used) = (self.last_activity, self.setup.usage.last_used());
-        let trimmed = self.beside_turn(ctx, |store| async move { Ok(store.trim().await?) });
+        let trimmed = self.off_worker(ctx, None, |store| async move { Ok(store.trim().await?) });
         self.last_activity = last_activity;
         self.setup.usage.restore(last_used);
         let id = self.setup.id.clone();

@@ -57,7 +57,9 @@ const PREFIX: &str = "replica";
 const WINDOW_MAGIC: &[u8] = b"DURABILITY-WINDOW-1\n";
 const FENCE_MAGIC: &[u8] = b"DURABILITY-FENCE-1\n";
 
-fn settings(node: &str) -> ReplicationSettings {
+/// A node's replication settings for the tests of histories: snapshots and collections run
+/// when a test says so, and delete at once.
+pub(super) fn settings(node: &str) -> ReplicationSettings {
     ReplicationSettings {
         kind: ReplicationKind::S3,
         prefix: PREFIX.to_owned(),

@@ -23,11 +23,11 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use futures_util::FutureExt;
 
 use super::format::{Keys, Manifest, Owner, Segment, Window, is_fence};
+use super::history_tests::settings;
 use super::take::{MAX_TAKE_ATTEMPTS, Taker, claim};
 use super::{Node, ReplicaError};
 use crate::cold::s3::memory::{Answer, Call, Fault, Faults, MemoryBucket, Op};
 use crate::cold::s3::{Objects, Put};
-use crate::config::{ReplicationKind, ReplicationSettings};
 use crate::store::{Landed, LocalCopy, Position, StreamError, Volume};
 use crate::sync::lock;
 
@@ -120,23 +120,6 @@ fn replace_manifest(bucket: &MemoryBucket, keys: &Keys) {
 // Nodes writing the history, and the take under test
 // ---------------------------------------------------------------------------------------------
 
-fn settings(node: &str) -> ReplicationSettings {
-    ReplicationSettings {
-        kind: ReplicationKind::S3,
-        prefix: PREFIX.to_owned(),
-        node_id: node.to_owned(),
-        commit_linger_ms: 0,
-        max_window_bytes: 1 << 20,
-        max_puts_in_flight: super::MAX_PUTS_IN_FLIGHT,
-        put_retry_ms: 10_000,
-        // Snapshots and collections run when a test says so, and delete at once.
-        snapshot_bytes: u64::MAX,
-        snapshot_interval_ms: u64::MAX,
-        snapshot_windows: u64::MAX,
-        gc_grace_ms: 0,
-    }
-}
-
 /// A bucket with a [`Hook`], and a folder for the nodes' copies (one folder a node).
 struct Setup {
     bucket: Arc<MemoryBucket>,
@@ -209,6 +192,13 @@ impl Setup {
     }
 
     /// A new incarnation of node `name`, on its folder, writing as a served volume does.
+    /// A new incarnation of node `name` that has taken [`VOLUME`].
+    async fn owner(&self, name: &'static str) -> Writer {
+        let writer = self.writer(name).await;
+        writer.take(&[VOLUME]).await;
+        writer
+    }
+
     async fn writer(&self, name: &'static str) -> Writer {
         let dir = self.dir(name);
         let node = Node::claim(
@@ -347,6 +337,13 @@ fn writes_in(path: &Path) -> Vec<i64> {
         .expect("the partitions")
 }
 
+/// The writes of the one copy set aside in `dir` (panics unless there is exactly one).
+fn set_aside_writes(dir: &Path) -> Vec<i64> {
+    let aside = set_aside_in(dir);
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    writes_in(&aside[0])
+}
+
 /// The copies set aside in `dir` (not the files that describe them).
 fn set_aside_in(dir: &Path) -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -383,8 +380,7 @@ fn run(test: impl Future<Output = ()>) {
 fn a_take_rebuilds_the_copy_from_the_snapshot_and_the_windows_after_it() {
     run(async {
         let setup = Setup::new();
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 1).await;
         a.write(VOLUME, 2).await;
         a.snapshot_and_collect(VOLUME).await;
@@ -410,12 +406,10 @@ fn a_take_rebuilds_the_copy_from_the_snapshot_and_the_windows_after_it() {
 fn a_take_replays_every_segment_of_the_chain() {
     run(async {
         let setup = Setup::new();
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 1).await;
         a.release(VOLUME).await;
-        let mut b = setup.writer("b").await;
-        b.take(&[VOLUME]).await;
+        let mut b = setup.owner("b").await;
         b.write(VOLUME, 2).await;
 
         let c = setup.take("c").await;
@@ -442,8 +436,7 @@ fn a_take_replays_every_segment_of_the_chain() {
 fn a_take_leaves_out_the_windows_from_one_that_never_landed() {
     run(async {
         let setup = Setup::new();
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 1).await;
         let _never_landed = a.commit(VOLUME, 2);
         let unacknowledged = a.commit(VOLUME, 3);
@@ -467,13 +460,11 @@ fn a_take_leaves_out_the_windows_from_one_that_never_landed() {
 fn a_copy_on_the_history_is_kept_and_only_the_windows_after_it_replayed() {
     run(async {
         let setup = Setup::new();
-        let mut b = setup.writer("b").await;
-        b.take(&[VOLUME]).await;
+        let mut b = setup.owner("b").await;
         b.write(VOLUME, 1).await;
         b.write(VOLUME, 2).await;
         b.release(VOLUME).await;
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 3).await;
         a.write(VOLUME, 4).await;
 
@@ -492,8 +483,7 @@ fn a_copy_on_the_history_is_kept_and_only_the_windows_after_it_replayed() {
 fn a_copy_off_the_history_is_set_aside_and_the_volume_rebuilt() {
     run(async {
         let setup = Setup::new();
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 1).await;
         a.write(VOLUME, 2).await;
         let foreign = Position {
@@ -509,9 +499,7 @@ fn a_copy_off_the_history_is_set_aside_and_the_volume_rebuilt() {
         let b = setup.take("b").await;
 
         assert!(b.taken.is_ok());
-        let aside = set_aside_in(&setup.dir("b"));
-        assert_eq!(aside.len(), 1, "{aside:?}");
-        assert_eq!(writes_in(&aside[0]), [99]);
+        assert_eq!(set_aside_writes(&setup.dir("b")), [99]);
         assert_eq!(writes_in(&setup.copy("b")), [1, 2]);
         assert_eq!(b.replayed, 2);
     });
@@ -524,17 +512,14 @@ fn a_copy_off_the_history_is_set_aside_and_the_volume_rebuilt() {
 fn a_copy_holding_a_window_that_never_landed_is_set_aside() {
     run(async {
         let setup = Setup::new();
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 1).await;
         let _never_landed = a.commit(VOLUME, 2);
 
         let restarted = setup.take("a").await;
 
         assert!(restarted.taken.is_ok());
-        let aside = set_aside_in(&setup.dir("a"));
-        assert_eq!(aside.len(), 1, "{aside:?}");
-        assert_eq!(writes_in(&aside[0]), [1, 2]);
+        assert_eq!(set_aside_writes(&setup.dir("a")), [1, 2]);
         assert_eq!(writes_in(&setup.copy("a")), [1]);
         assert_eq!(restarted.replayed, 1);
     });
@@ -550,8 +535,7 @@ fn a_copy_holding_a_window_that_never_landed_is_set_aside() {
 fn a_take_from_a_live_owner_seals_its_stream_and_its_next_window_is_refused() {
     run(async {
         let setup = Setup::new();
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 1).await;
 
         let b = setup.take("b").await;
@@ -647,8 +631,7 @@ fn each_take_writes_a_manifest_of_a_greater_version_naming_the_new_owner_and_epo
 fn a_take_whose_manifest_write_loses_a_race_does_not_overwrite_the_winner() {
     run(async {
         let setup = Setup::new();
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 1).await;
         let manifest_key = setup.keys.manifest(VOLUME);
         let owner = a.node.clone();
@@ -702,13 +685,11 @@ fn a_take_whose_manifest_write_loses_a_race_does_not_overwrite_the_winner() {
 fn a_take_whose_history_is_snapshotted_and_collected_during_its_replay_is_taken_again() {
     run(async {
         let setup = Setup::new();
-        let mut b = setup.writer("b").await;
-        b.take(&[VOLUME]).await;
+        let mut b = setup.owner("b").await;
         b.write(VOLUME, 1).await;
         b.write(VOLUME, 2).await;
         b.release(VOLUME).await;
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 3).await;
         let before = setup.objects();
         a.snapshot_and_collect(VOLUME).await;
@@ -749,8 +730,7 @@ fn a_take_whose_history_is_snapshotted_and_collected_during_its_replay_is_taken_
 /// Answers how the take ended, and the manifest version before it.
 async fn take_while_moving(during_replay: u32, at_write: u32) -> (Setup, Take, u64) {
     let setup = Setup::new();
-    let mut a = setup.writer("a").await;
-    a.take(&[VOLUME]).await;
+    let mut a = setup.owner("a").await;
     a.write(VOLUME, 1).await;
     a.write(VOLUME, 2).await;
     let version = setup.manifest().version;
@@ -829,13 +809,11 @@ fn a_take_gives_up_after_more_moves_than_max_take_attempts_whichever_way_it_move
 fn a_fence_over_a_window_collected_meanwhile_is_not_taken_for_a_seal() {
     run(async {
         let setup = Setup::new();
-        let mut b = setup.writer("b").await;
-        b.take(&[VOLUME]).await;
+        let mut b = setup.owner("b").await;
         b.write(VOLUME, 1).await;
         b.write(VOLUME, 2).await;
         b.release(VOLUME).await;
-        let mut a = setup.writer("a").await;
-        a.take(&[VOLUME]).await;
+        let mut a = setup.owner("a").await;
         a.write(VOLUME, 3).await;
         a.write(VOLUME, 4).await;
         let before = setup.objects();

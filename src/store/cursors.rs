@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use rusqlite::{OptionalExtension, params};
 
 use super::read::check_offset;
-use super::{LogStore, StoreError};
+use super::{LogStore, Sees, StoreError};
 use crate::names::validate_group;
 
 impl LogStore {
@@ -19,7 +19,7 @@ impl LogStore {
     /// storage failure.
     pub fn commit(&self, group: &str, offset: u64) -> Result<u64, StoreError> {
         validate_group(group)?;
-        self.write_published(|tx, tail| {
+        self.write(Sees::Published, |tx, tail| {
             let now = self.now_ms();
             check_offset(offset, tail.next_offset)?;
             let current: Option<u64> = tx
@@ -81,7 +81,7 @@ impl LogStore {
     /// [`StoreError::InvalidName`] or a storage failure.
     pub fn delete_cursor(&self, group: &str) -> Result<bool, StoreError> {
         validate_group(group)?;
-        self.write_published(|tx, _| {
+        self.write(Sees::Published, |tx, _| {
             let deleted = tx
                 .prepare_cached("DELETE FROM cursors WHERE partition = ?1 AND group_name = ?2")?
                 .execute(params![self.key, group])?;

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{LogStore, Record, StoreError, Tail};
+use super::{LogStore, Record, Sees, StoreError, Tail};
 use crate::names::validate_group;
 
 /// How a partition's groups lease. Built from the `[leases]` settings.
@@ -198,7 +198,7 @@ impl LogStore {
         let limit = self.page_limit(limit)?;
         validate_group(group)?;
         let options = self.options.leases;
-        let claim = self.write_published(|tx, tail| {
+        let claim = self.write(Sees::Published, |tx, tail| {
             let now = self.now_ms();
             // Under the writer lock nothing moves the end or the recent records.
             let view = self.recent_view(tail.next_offset, 0);
@@ -295,7 +295,7 @@ impl LogStore {
         self.check_leases()?;
         validate_group(group)?;
         let lease_ms = self.options.leases.lease_ms;
-        self.write_published(|tx, _| {
+        self.write(Sees::Published, |tx, _| {
             held_range(tx, self.key, group, batch_id)?;
             let expires_at = self.now_ms().saturating_add(lease_ms as i64);
             tx.prepare_cached(
@@ -374,7 +374,7 @@ impl LogStore {
     ) -> Result<Option<u64>, StoreError> {
         self.check_leases()?;
         validate_group(group)?;
-        self.write_published(|tx, _| {
+        self.write(Sees::Published, |tx, _| {
             let range = held_range(tx, self.key, group, batch_id)?;
             let now = self.now_ms();
             let (state, expires_at, attempt) = match settlement {

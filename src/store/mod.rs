@@ -327,28 +327,19 @@ impl LogStore {
     }
 
     /// Runs `work` in one write transaction of the volume and commits it. `work` gets the log's
-    /// end, read under the volume's writer lock once the appends in flight landed, and may
-    /// change what they bring to memory (see [`Sees::InFlight`]). A storage error poisons the
-    /// volume (see [`Volume`]); definite errors roll back and change nothing.
+    /// end, read under the volume's writer lock: once the appends in flight landed when it
+    /// `sees` them ([`Sees::InFlight`]: it may change what they bring to memory), else the end
+    /// as published ([`Sees::Published`]: a cursor, a lease, checked against what readers see).
+    /// A storage error poisons the volume (see [`Volume`]); definite errors roll back and change
+    /// nothing.
     fn write<T>(
         &self,
+        sees: Sees,
         work: impl FnOnce(&Transaction<'_>, &Tail) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         self.volume
             .shared()
-            .write(self.epoch, Sees::InFlight, |tx| work(tx, &self.tail()))
-    }
-
-    /// [`LogStore::write`] for a write that checks only against what readers see (the log's
-    /// end as published) and changes nothing the appends bring to memory: a cursor, a lease.
-    /// It does not wait for the appends in flight to land (see [`Sees::Published`]).
-    fn write_published<T>(
-        &self,
-        work: impl FnOnce(&Transaction<'_>, &Tail) -> Result<T, StoreError>,
-    ) -> Result<T, StoreError> {
-        self.volume
-            .shared()
-            .write(self.epoch, Sees::Published, |tx| work(tx, &self.tail()))
+            .write(self.epoch, sees, |tx| work(tx, &self.tail()))
     }
 
     fn injected_fault(&self, fault: Fault) -> Result<(), StoreError> {

@@ -27,7 +27,7 @@ use rusqlite::{Connection, params};
 use super::due::store_due_at;
 use super::segment::{self, Encoded};
 use super::tail::{Due, Retention};
-use super::{Fault, LogStore, Record, StoreError, Tail, lock};
+use super::{Fault, LogStore, Record, Sees, StoreError, Tail, lock};
 use crate::cold::{ColdStore, ColdStoreError, PutOutcome, SegmentKey};
 
 /// Where a partition's expired records go: a cold store, under keys
@@ -145,7 +145,7 @@ impl LogStore {
             return Ok(());
         }
         let shared = self.volume.shared();
-        self.write(|tx, tail| {
+        self.write(Sees::InFlight, |tx, tail| {
             let oldest = shared.oldest_hot(tx, self.key)?;
             let mut settled = Due::of(None, oldest, *tail);
             settled.at = settled.computed(&self.options.retention, *tail, self.now_ms());
@@ -207,7 +207,7 @@ impl LogStore {
                 log::info!("{}: removed unindexed cold upload {key}", self.describe());
                 removed += 1;
             }
-            self.write(|tx, _| {
+            self.write(Sees::InFlight, |tx, _| {
                 tx.prepare_cached(
                     "DELETE FROM cold_uploads WHERE partition = ?1 AND locator = ?2",
                 )?
@@ -297,7 +297,7 @@ impl LogStore {
     /// Records that an object may be stored under `key`, before it is written; `false` when an
     /// earlier pass had recorded it already.
     fn record_upload(&self, key: &SegmentKey) -> Result<bool, StoreError> {
-        self.write(|tx, _| {
+        self.write(Sees::InFlight, |tx, _| {
             let inserted = tx
                 .prepare_cached(
                     "INSERT INTO cold_uploads (partition, locator) VALUES (?1, ?2)
@@ -310,7 +310,7 @@ impl LogStore {
 
     /// Drops the upload row of `key` without deleting the object.
     fn forget_upload(&self, key: &SegmentKey) -> Result<(), StoreError> {
-        self.write(|tx, _| {
+        self.write(Sees::InFlight, |tx, _| {
             tx.prepare_cached("DELETE FROM cold_uploads WHERE partition = ?1 AND locator = ?2")?
                 .execute(params![self.key, key.as_str()])?;
             Ok(())
@@ -328,7 +328,7 @@ impl LogStore {
             pass.records[0].offset,
             pass.records[pass.records.len() - 1].offset,
         );
-        self.write(|tx, tail| {
+        self.write(Sees::InFlight, |tx, tail| {
             if let Some((key, encoded)) = &flushed {
                 tx.prepare_cached(
                     "INSERT INTO segments (partition, first_offset, last_offset, locator, checksum, bytes, flushed_at)
@@ -370,7 +370,7 @@ impl LogStore {
     /// # Errors
     /// A storage failure.
     pub fn forget_cold_before(&self, before: u64) -> Result<u64, StoreError> {
-        self.write(|tx, _| {
+        self.write(Sees::InFlight, |tx, _| {
             let forgotten = tx
                 .prepare_cached("DELETE FROM segments WHERE partition = ?1 AND last_offset < ?2")?
                 .execute(params![self.key, before])?;
