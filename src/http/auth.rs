@@ -111,7 +111,11 @@ pub(crate) async fn authenticate(
         .clone();
     match check(&request, &state) {
         Ok(caller) => {
-            request.extensions_mut().insert(caller);
+            // Without credentials nothing is kept: an absent caller reads as every permission
+            // (see `Caller::from_request`), and a request's extensions cost an allocation.
+            if caller.0.is_some() {
+                request.extensions_mut().insert(caller);
+            }
             Ok(next.call(request).await?.map_into_left_body())
         }
         Err((refusal, error)) => {
