@@ -3,122 +3,11 @@
 //! across a reload). See `scripts/install-tls-tools`.
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// Certificates made with `openssl` in a folder: two CAs, and certificates of each kind the
-/// tests need.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn new() -> Self {
-        let pki = Self {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        for ca in ["ca", "other-ca"] {
-            pki.openssl(&[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:P-256",
-                "-nodes",
-                "-days",
-                "2",
-                "-subj",
-                &format!("/CN={ca}"),
-                "-keyout",
-                &format!("{ca}.key"),
-                "-out",
-                &format!("{ca}.pem"),
-            ]);
-        }
-        std::fs::write(
-            pki.path("localhost.ext"),
-            "subjectAltName=DNS:localhost,IP:127.0.0.1\n",
-        )
-        .unwrap();
-        std::fs::write(
-            pki.path("elsewhere.ext"),
-            "subjectAltName=DNS:elsewhere.example\n",
-        )
-        .unwrap();
-        pki.sign("server", "ca", "localhost.ext", "2");
-        pki.sign("other-server", "other-ca", "localhost.ext", "2");
-        pki.sign("misnamed", "ca", "elsewhere.ext", "2");
-        // Valid for no time at all: expired by the time it is used.
-        pki.sign("expired", "ca", "localhost.ext", "0");
-        pki.sign("client", "ca", "localhost.ext", "2");
-        std::thread::sleep(Duration::from_millis(1100));
-        pki
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let made = Command::new("openssl")
-            .args(args)
-            .current_dir(self.dir.path())
-            .output()
-            .expect("openssl (scripts/install-tls-tools)");
-        assert!(made.status.success(), "openssl {args:?}: {made:?}");
-    }
-
-    /// `name.pem` and `name.key`, signed by `ca` with the extensions in `ext`.
-    fn sign(&self, name: &str, ca: &str, ext: &str, days: &str) {
-        let (key, csr, pem) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-        );
-        self.openssl(&[
-            "req",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-nodes",
-            "-subj",
-            "/CN=localhost",
-            "-keyout",
-            &key,
-            "-out",
-            &csr,
-        ]);
-        self.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            &csr,
-            "-CA",
-            &format!("{ca}.pem"),
-            "-CAkey",
-            &format!("{ca}.key"),
-            "-CAcreateserial",
-            "-days",
-            days,
-            "-extfile",
-            ext,
-            "-out",
-            &pem,
-        ]);
-    }
-
-    /// Makes `name`'s certificate the one the server reads (`server-now.pem` and `.key`).
-    fn serve(&self, name: &str) {
-        for kind in ["pem", "key"] {
-            let staged = self.path(&format!("staged.{kind}"));
-            std::fs::copy(self.path(&format!("{name}.{kind}")), &staged).unwrap();
-            std::fs::rename(staged, self.path(&format!("server-now.{kind}"))).unwrap();
-        }
-    }
-}
+use crate::common::pki::Pki;
 
 /// The server binary over TLS with the certificate `pki.serve` last chose; killed on drop.
 struct TlsServer {
@@ -345,5 +234,48 @@ fn a_client_ca_lets_in_only_the_clients_it_signed() {
     assert_eq!(
         server.curl("localhost", &ca, Some((&client.0, &client.1))),
         (0, "200".into())
+    );
+}
+
+/// Python's `requests`, a client people use: with `verify=` the CA it appends, reads back
+/// and is refused (wrong CA, missing client certificate) as curl is.
+#[test]
+fn python_requests_appends_and_reads_with_verify_and_a_client_certificate() {
+    let pki = Pki::new();
+    pki.serve("server");
+    let server = TlsServer::start(&pki, Some(&pki.path("ca.pem")));
+    let script = r#"
+import sys, requests
+base, ca, other_ca, cert, key = sys.argv[1:6]
+client = (cert, key)
+url = base + "/topics/orders/partitions/0/records"
+sent = requests.post(url, json=[{"payload": {"total": 42}}], verify=ca, cert=client, timeout=10)
+assert sent.status_code == 202, sent.text
+read = requests.get(url, params={"from": 0}, verify=ca, cert=client, timeout=10).json()
+assert [r["payload"] for r in read["records"]] == [{"total": 42}], read
+for refused, kwargs in [("another CA", dict(verify=other_ca, cert=client)),
+                        ("no client certificate", dict(verify=ca))]:
+    try:
+        requests.get(base + "/healthz", timeout=10, **kwargs)
+    except requests.exceptions.SSLError:
+        continue
+    except requests.exceptions.ConnectionError:
+        # A refused client certificate may end the connection rather than the handshake.
+        continue
+    sys.exit("served with " + refused)
+print("ok")
+"#;
+    let ran = Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(format!("https://localhost:{}", server.port))
+        .args(["ca.pem", "other-ca.pem", "client.pem", "client.key"].map(|name| pki.path(name)))
+        .output()
+        .expect("python3 (scripts/install-tls-tools installs requests)");
+    assert!(
+        ran.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&ran.stdout),
+        String::from_utf8_lossy(&ran.stderr)
     );
 }

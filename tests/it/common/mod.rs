@@ -10,6 +10,7 @@ pub mod bucket;
 pub mod cluster;
 /// etcd members on 127.0.0.1, for the cluster tests and the etcd client's unit tests.
 pub mod etcd;
+pub mod pki;
 pub mod process;
 mod rng;
 pub mod routes;

@@ -5,12 +5,13 @@
 //! since a request cut short by a kill or an outage has an unknown outcome; and the seed of a
 //! randomized run.
 
+use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread;
 use std::time::Duration;
 
@@ -90,7 +91,10 @@ impl Server {
             let mut announce = Some(announce);
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if let Some((_, addr)) = line.split_once("listening on http://")
+                let addr = line
+                    .split_once("listening on http://")
+                    .or_else(|| line.split_once("listening on https://"));
+                if let Some((_, addr)) = addr
                     && let Some(announce) = announce.take()
                 {
                     let _ = announce.send(addr.trim().to_owned());
@@ -218,23 +222,95 @@ pub fn request_with_head(
     Ok((status, head, value))
 }
 
-/// Sends `request`, a whole HTTP/1.1 request, on a fresh connection and reads the whole
-/// answer: its status, lowercased head and body. The one raw client of the tests.
+/// The servers [`exchange`] speaks TLS to, each with the client settings it needs (see
+/// [`speak_tls_to`]).
+static TLS_TO: Mutex<BTreeMap<SocketAddr, Arc<rustls::ClientConfig>>> = Mutex::new(BTreeMap::new());
+
+/// Makes every request of the tests to `addr` go over TLS with `config` (a server started
+/// with `[server.tls]`).
+pub fn speak_tls_to(addr: SocketAddr, config: Arc<rustls::ClientConfig>) {
+    TLS_TO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(addr, config);
+}
+
+/// A TLS client's settings trusting only the CA in PEM file `ca`, showing the client
+/// certificate `identity` (chain, key) when given.
+pub fn tls_client(ca: &Path, identity: Option<(&Path, &Path)>) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).expect("the CA's file") {
+        roots.add(cert.expect("a CA certificate")).expect("a CA");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("TLS 1.2 and 1.3")
+        .with_root_certificates(roots);
+    let config = match identity {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .expect("the client certificate's file")
+                .collect::<Result<Vec<_>, _>>()
+                .expect("a client certificate");
+            let key = PrivateKeyDer::from_pem_file(key).expect("the client key");
+            builder
+                .with_client_auth_cert(chain, key)
+                .expect("a client certificate with its key")
+        }
+    };
+    Arc::new(config)
+}
+
+/// Sends `request`, a whole HTTP/1.1 request, on a fresh connection (over TLS to the servers
+/// [`speak_tls_to`] named) and reads the whole answer: its status, lowercased head and body.
+/// The one raw client of the tests.
 pub fn exchange(addr: SocketAddr, request: &str) -> Result<(u16, String, Vec<u8>), String> {
-    let mut stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+    let stream = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
         .map_err(|err| format!("connect: {err}"))?;
     stream
         .set_read_timeout(Some(IO_TIMEOUT))
         .and_then(|()| stream.set_write_timeout(Some(IO_TIMEOUT)))
         .map_err(|err| format!("socket options: {err}"))?;
+    let tls = TLS_TO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&addr)
+        .cloned();
+    let mut response = Vec::new();
+    match tls {
+        None => send_and_receive(stream, request, &mut response),
+        Some(config) => {
+            let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+            let connection =
+                rustls::ClientConnection::new(config, name).map_err(|err| format!("TLS: {err}"))?;
+            let stream = rustls::StreamOwned::new(connection, stream);
+            match send_and_receive(stream, request, &mut response) {
+                // A server may close without TLS's closing message once its answer is out.
+                Err(why) if why.contains("close_notify") && !response.is_empty() => Ok(()),
+                sent => sent,
+            }
+        }
+    }?;
+    parse_response(&response)
+}
+
+/// Writes `request` on `stream` and reads until it ends into `response`.
+fn send_and_receive(
+    mut stream: impl Read + Write,
+    request: &str,
+    response: &mut Vec<u8>,
+) -> Result<(), String> {
     stream
         .write_all(request.as_bytes())
         .map_err(|err| format!("send: {err}"))?;
-    let mut response = Vec::new();
     stream
-        .read_to_end(&mut response)
-        .map_err(|err| format!("receive: {err}"))?;
-    parse_response(&response)
+        .read_to_end(response)
+        .map(drop)
+        .map_err(|err| format!("receive: {err}"))
 }
 
 /// The status, lowercased head and body of a whole HTTP/1.1 answer (chunked or with a
