@@ -3,6 +3,9 @@
 //! either file changes, without a restart: open connections keep their session, new ones get
 //! the new certificate, and a reload that fails keeps the one in force and says why. With a
 //! client CA, every client must present a certificate it signed.
+//!
+//! The clients the node makes of other servers (the other nodes, etcd) trust only the CA they
+//! are given, and show a client certificate when they have one: [`trusting`].
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, Weak};
@@ -105,6 +108,56 @@ pub fn check(
     client_ca_file: Option<&Path>,
 ) -> Result<(), String> {
     server_config(cert_file, key_file, client_ca_file).map(drop)
+}
+
+/// `builder`, trusting only the CA at `ca_file` when one is given (otherwise the built-in
+/// roots: the public ones, and the store `SSL_CERT_FILE` names), speaking TLS 1.2 or 1.3, and showing the client certificate `identity` (its
+/// chain's file, its key's file) to servers that ask for one.
+///
+/// # Errors
+/// Why a file could not be read or does not hold what it should.
+pub(crate) fn trusting(
+    builder: reqwest::ClientBuilder,
+    ca_file: Option<&Path>,
+    identity: Option<(&Path, &Path)>,
+) -> Result<reqwest::ClientBuilder, String> {
+    let mut builder = builder
+        .min_tls_version(reqwest::tls::Version::TLS_1_2)
+        .https_only(ca_file.is_some());
+    if let Some(ca_file) = ca_file {
+        builder = builder.tls_built_in_root_certs(false);
+        for cert in chain(ca_file)? {
+            let cert = reqwest::Certificate::from_der(&cert)
+                .map_err(|err| format!("{}: {err}", ca_file.display()))?;
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    if let Some((cert_file, key_file)) = identity {
+        let read =
+            |path: &Path| std::fs::read(path).map_err(|err| format!("{}: {err}", path.display()));
+        let mut pem = read(cert_file)?;
+        pem.push(b'\n');
+        pem.extend(read(key_file)?);
+        let identity = reqwest::Identity::from_pem(&pem)
+            .map_err(|err| format!("{} with {}: {err}", cert_file.display(), key_file.display()))?;
+        builder = builder.identity(identity);
+    }
+    Ok(builder)
+}
+
+/// Whether a client can be made trusting `ca_file` and showing `identity` (see [`trusting`]):
+/// for `--check-config`.
+///
+/// # Errors
+/// What is wrong, naming the file.
+pub(crate) fn check_client(
+    ca_file: Option<&Path>,
+    identity: Option<(&Path, &Path)>,
+) -> Result<(), String> {
+    trusting(reqwest::Client::builder(), ca_file, identity)?
+        .build()
+        .map(drop)
+        .map_err(|err| err.to_string())
 }
 
 /// The certificates of the PEM file at `path`, at least one.

@@ -41,7 +41,7 @@ use crate::replica::Replicator;
 use crate::store::{ReplicaCounters, Volumes};
 use crate::sync::{lock, read_lock, write_lock};
 pub use etcd::EtcdError;
-use etcd::{Etcd, KeyValue, LeaseId};
+use etcd::{Etcd, EtcdAccess, KeyValue, LeaseId};
 use keys::KeyStore;
 
 /// The exit status the server uses when its node stopped serving ([`Cluster::stopped`]): it may
@@ -243,8 +243,8 @@ impl ClusterError {
     /// The stable code of this error (the REST API's `error.code`).
     pub fn code(&self) -> ErrorCode {
         match self {
+            Self::Etcd(EtcdError::Tls(_)) | Self::NameTaken { .. } => ErrorCode::InvalidConfig,
             Self::Etcd(_) | Self::Thread(_) => ErrorCode::Unavailable,
-            Self::NameTaken { .. } => ErrorCode::InvalidConfig,
             Self::Damaged { .. } => ErrorCode::Corrupted,
         }
     }
@@ -255,9 +255,12 @@ impl Cluster {
     /// when this node is the first). Starts the cluster's thread; blocks until etcd answered.
     ///
     /// # Errors
-    /// [`ClusterError`] when etcd cannot be reached, or its thread cannot start.
+    /// [`ClusterError`] when etcd cannot be reached or refuses the node's user, its TLS files
+    /// cannot be used, or the cluster's thread cannot start.
     pub fn connect(settings: &ClusterSettings, node: &str) -> Result<Self, ClusterError> {
-        let etcd: Arc<dyn KeyStore> = Arc::new(Etcd::new(settings.endpoints(), ETCD_TIMEOUT));
+        let access = EtcdAccess::of(settings);
+        let etcd: Arc<dyn KeyStore> =
+            Arc::new(Etcd::new(settings.endpoints(), ETCD_TIMEOUT, access)?);
         let prefix = format!("/durability/{}/", settings.name);
         let ttl = Duration::from_millis(settings.lease_ttl_ms);
         let (ready, connected) = std::sync::mpsc::channel();

@@ -16,13 +16,21 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
+use crate::config::ClusterSettings;
 use crate::error::ErrorCode;
 use crate::load::LoadSnapshot;
 use crate::log::{Bounds, Lease, NewRecord, Page, PartitionDetail, TopicInfo, TopicsPage};
 use crate::wire;
 
-/// Marks a request one node sends another: it is served here, never passed on.
+/// Marks a request one node sends another: it is served here, never passed on. Taken only
+/// with the cluster's secret ([`NODE_SECRET`]) when the cluster has one.
 pub const FORWARDED: &str = "x-durability-forwarded";
+
+/// The header a node proves itself to another with: the cluster's secret
+/// (`cluster.secret`, else `server.auth_token`). A request carrying it is a node's, on its own
+/// behalf (the typed calls of [`Peers`]) or passing on a client's request with the client's
+/// own token, which the receiving node checks again.
+pub const NODE_SECRET: &str = "x-durability-node";
 
 /// Longest wait for a peer's answer beyond its own long-poll wait.
 const ANSWER_MARGIN: Duration = Duration::from_secs(10);
@@ -148,31 +156,83 @@ pub trait Peers: Send + Sync {
     ) -> PeerFuture<'a, TopicsPage>;
 }
 
-/// [`Peers`] over the other nodes' REST API, with connections reused across calls.
+/// How one node calls the others: over TLS when `[cluster.tls]` says so, trusting only the
+/// cluster's CA, and proving itself with the cluster's secret ([`NODE_SECRET`]); connections
+/// are reused across calls, and clones share them.
+#[derive(Clone)]
+pub struct NodeClient {
+    client: reqwest::Client,
+    /// The cluster's secret (see [`ClusterSettings::node_secret`]), if it has one.
+    secret: Option<String>,
+}
+
+impl std::fmt::Debug for NodeClient {
+    /// Never shows the secret.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeClient").finish_non_exhaustive()
+    }
+}
+
+impl NodeClient {
+    /// A client for the cluster `settings` describe, proving itself with `secret` (empty:
+    /// none), whose calls wait at most `max_wait` (the longest long-poll) plus a margin.
+    ///
+    /// # Errors
+    /// Why `[cluster.tls]`'s files do not make a client (see [`crate::tls::trusting`]).
+    pub fn new(
+        settings: &ClusterSettings,
+        secret: &str,
+        max_wait: Duration,
+    ) -> Result<Self, String> {
+        let tls = &settings.tls;
+        let builder = reqwest::Client::builder()
+            .timeout(max_wait + ANSWER_MARGIN)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .pool_max_idle_per_host(64);
+        let client = if tls.enabled() {
+            crate::tls::trusting(builder, Some(&tls.ca_file), tls.identity())?
+        } else {
+            builder
+        }
+        .build()
+        .map_err(|err| crate::error::with_causes(&err))?;
+        Ok(Self {
+            client,
+            secret: (!secret.is_empty()).then(|| secret.to_owned()),
+        })
+    }
+
+    /// A `method` request to `url`, marked as one node's to another ([`FORWARDED`], and the
+    /// cluster's secret).
+    pub(crate) fn request(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
+        let request = self.client.request(method, url).header(FORWARDED, "1");
+        match &self.secret {
+            Some(secret) => request.header(NODE_SECRET, secret),
+            None => request,
+        }
+    }
+}
+
+/// [`Peers`] over the other nodes' REST API.
 #[derive(Debug, Clone)]
 pub struct HttpPeers {
-    client: reqwest::Client,
-    /// The cluster's bearer token (`server.auth_token`), if it has one.
-    token: Option<String>,
+    client: NodeClient,
 }
 
 impl HttpPeers {
-    /// Peers whose calls wait at most `max_wait` (the longest long-poll) plus a margin, with
-    /// the cluster's bearer `token` (empty: none).
-    ///
-    /// # Panics
-    /// When no HTTP client can be built (the platform has no TLS backend it needs).
-    pub fn new(max_wait: Duration, token: &str) -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(max_wait + ANSWER_MARGIN)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_max_idle_per_host(64)
-            .build()
-            .expect("a plain HTTP client builds");
-        Self {
-            client,
-            token: (!token.is_empty()).then(|| token.to_owned()),
-        }
+    /// Peers called through `client`.
+    pub fn new(client: NodeClient) -> Self {
+        Self { client }
+    }
+
+    fn get(&self, node: &str, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(reqwest::Method::GET, &Self::url(node, path))
+    }
+
+    fn post(&self, node: &str, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(reqwest::Method::POST, &Self::url(node, path))
     }
 
     /// Sends `request` to `node` and reads its answer as `T` when it has status `expected`.
@@ -197,10 +257,6 @@ impl HttpPeers {
         request: reqwest::RequestBuilder,
         expected: u16,
     ) -> Result<Option<T>, PeerError> {
-        let mut request = request.header(FORWARDED, "1");
-        if let Some(token) = &self.token {
-            request = request.bearer_auth(token);
-        }
         let unreachable = |reason: String| PeerError::Unreachable {
             node: node.to_owned(),
             reason,
@@ -230,14 +286,12 @@ impl HttpPeers {
     }
 }
 
-/// A `POST` of `body` as JSON.
+/// `request` with `body` as JSON.
 fn json_post(
-    client: &reqwest::Client,
-    url: &str,
+    request: reqwest::RequestBuilder,
     body: &impl serde::Serialize,
 ) -> reqwest::RequestBuilder {
-    client
-        .post(url)
+    request
         .header(reqwest::header::CONTENT_TYPE, "application/json")
         .body(serde_json::to_vec(body).expect("a request body serializes"))
 }
@@ -286,7 +340,7 @@ impl Peers for HttpPeers {
                 })
                 .collect::<Result<Vec<_>, PeerError>>()?;
             let path = format!("/topics/{topic}/partitions/{partition}/records");
-            let request = json_post(&self.client, &Self::url(node, &path), &body);
+            let request = json_post(self.post(node, &path), &body);
             let appended: wire::AppendedOffsets = self.call(node, request, 202).await?;
             Ok((appended.offsets, appended.load))
         })
@@ -306,7 +360,7 @@ impl Peers for HttpPeers {
                 query.push(("limit", limit.to_string()));
             }
             let path = format!("/topics/{topic}/groups/{group}/poll");
-            let request = self.client.get(Self::url(node, &path)).query(&query);
+            let request = self.get(node, &path).query(&query);
             let polled: wire::GroupPoll = self.call(node, request, 200).await?;
             Ok(polled
                 .partitions
@@ -328,7 +382,7 @@ impl Peers for HttpPeers {
             let body = wire::CommitOffsets {
                 offsets: offsets.clone(),
             };
-            let request = json_post(&self.client, &Self::url(node, &path), &body);
+            let request = json_post(self.post(node, &path), &body);
             let committed: wire::CommittedCursors = self.call(node, request, 200).await?;
             Ok(committed.cursors)
         })
@@ -342,7 +396,7 @@ impl Peers for HttpPeers {
     ) -> PeerFuture<'a, Bounds> {
         Box::pin(async move {
             let path = format!("/topics/{topic}/partitions/{partition}/bounds");
-            let request = self.client.get(Self::url(node, &path));
+            let request = self.get(node, &path);
             let bounds: wire::Bounds = self.call(node, request, 200).await?;
             Ok(bounds.into())
         })
@@ -358,7 +412,7 @@ impl Peers for HttpPeers {
     ) -> PeerFuture<'a, Option<Lease>> {
         Box::pin(async move {
             let path = format!("/topics/{topic}/partitions/{partition}/groups/{group}/leases");
-            let mut request = self.client.post(Self::url(node, &path));
+            let mut request = self.post(node, &path);
             if let Some(limit) = limit {
                 request = request.query(&[("limit", limit)]);
             }
@@ -373,9 +427,7 @@ impl Peers for HttpPeers {
         topic: &'a str,
     ) -> PeerFuture<'a, Vec<PartitionDetail>> {
         Box::pin(async move {
-            let request = self
-                .client
-                .get(Self::url(node, &format!("/topics/{topic}")));
+            let request = self.get(node, &format!("/topics/{topic}"));
             let described: wire::TopicDetail = self.call(node, request, 200).await?;
             Ok(described
                 .partitions
@@ -396,7 +448,7 @@ impl Peers for HttpPeers {
             if let Some(after) = after {
                 query.push(("after", after.to_owned()));
             }
-            let request = self.client.get(Self::url(node, "/topics")).query(&query);
+            let request = self.get(node, "/topics").query(&query);
             let page: wire::Topics = self.call(node, request, 200).await?;
             Ok(TopicsPage {
                 topics: page

@@ -30,7 +30,7 @@ use serde::Deserialize;
 use toml::{Table, Value};
 
 pub use auth::{AuthSettings, TokenSettings};
-pub use cluster::ClusterSettings;
+pub use cluster::{ClusterSettings, NodeTlsSettings};
 pub use cold::{ColdKind, ColdSettings};
 pub use error::ConfigError;
 pub use leases::LeaseSettings;
@@ -59,10 +59,12 @@ const TOPIC_SECTIONS: [&str; 3] = ["log", "retention", "leases"];
 
 /// The settings whose values are secrets: no error message shows them (and the logged
 /// configuration redacts the token and the secret key).
-pub const SECRET_KEYS: [&str; 3] = [
+pub const SECRET_KEYS: [&str; 5] = [
     "server.auth_token",
     "cold.s3_access_key",
     "cold.s3_secret_key",
+    "cluster.secret",
+    "cluster.etcd_password",
 ];
 
 /// The whole configuration. [`Config::default`] is `config/default.toml`.
@@ -162,7 +164,7 @@ impl Config {
     }
 
     /// Reads each secret given as a file (`server.auth_token_file`, `cold.s3_access_key_file`,
-    /// `cold.s3_secret_key_file`) into its setting, without its trailing newline. A secret
+    /// `cold.s3_secret_key_file`, `cluster.secret_file`, `cluster.etcd_password_file`) into its setting, without its trailing newline. A secret
     /// given both ways, or a file that cannot be read or is empty, is refused by the file's
     /// key; no message says what a file holds.
     fn read_secret_files(&mut self) -> Result<(), ConfigError> {
@@ -181,6 +183,16 @@ impl Config {
                 &self.cold.s3_secret_key_file,
                 &mut self.cold.s3_secret_key,
                 "cold.s3_secret_key",
+            ),
+            (
+                &self.cluster.secret_file,
+                &mut self.cluster.secret,
+                "cluster.secret",
+            ),
+            (
+                &self.cluster.etcd_password_file,
+                &mut self.cluster.etcd_password,
+                "cluster.etcd_password",
             ),
         ];
         for (file, value, key) in secrets {
@@ -280,6 +292,8 @@ impl Config {
         // A hash says nothing of its token; the grants are not secret.
         config.cold.s3_access_key = redacted(&config.cold.s3_access_key).to_owned();
         config.cold.s3_secret_key = redacted(&config.cold.s3_secret_key).to_owned();
+        config.cluster.secret = redacted(&config.cluster.secret).to_owned();
+        config.cluster.etcd_password = redacted(&config.cluster.etcd_password).to_owned();
         config
     }
 
@@ -366,22 +380,24 @@ impl Config {
         self.cold.validate()?;
         self.replication.validate(self.cold.kind)?;
         self.cluster.validate(self.replication.kind)?;
-        if self.cluster.enabled() && self.server.tls.enabled() {
-            // Its nodes would forward to one another in clear, or fail to verify each other.
+        if self.cluster.enabled() && self.server.tls.enabled() != self.cluster.tls.enabled() {
+            // Nodes forward to one another at their advertised URLs: in clear to a TLS
+            // listener, or over TLS to a plain one, they would not understand one another.
             return Err(ConfigError::invalid(
-                "server.tls.cert_file",
-                "a cluster's nodes do not speak TLS to one another yet: run a cluster without \
-                 [server.tls]",
+                "cluster.tls.ca_file",
+                "a cluster's nodes speak TLS to one another exactly when their listener does: \
+                 give [server.tls] and [cluster.tls] together",
             ));
         }
         if self.cluster.enabled()
-            && self.server.auth_token.is_empty()
-            && !self.auth.tokens.is_empty()
+            && self.cluster.node_secret(&self.server.auth_token).is_empty()
+            && (!self.auth.tokens.is_empty() || !self.auth.tokens_file.as_os_str().is_empty())
         {
-            // The nodes call one another with it, for every principal's requests.
+            // Without it, a node could not tell another node's request from a client's.
             return Err(ConfigError::invalid(
-                "server.auth_token",
-                "a cluster's nodes call one another with it: set it when [[auth.tokens]] are given",
+                "cluster.secret",
+                "a cluster whose server needs tokens needs a secret its nodes prove themselves \
+                 with (cluster.secret, or server.auth_token)",
             ));
         }
         self.partitions.validate()?;

@@ -16,7 +16,8 @@ use actix_web::{FromRequest, HttpMessage, HttpRequest, ResponseError, web};
 
 use super::HttpState;
 use super::error::ApiError;
-use crate::auth::{Permission, Principal};
+use crate::auth::{Permission, Principal, token_hash};
+use crate::cluster::peer::{FORWARDED, NODE_SECRET};
 use crate::error::ErrorCode;
 
 /// What a route needs of its caller.
@@ -86,6 +87,8 @@ pub enum Refusal {
     Unknown,
     /// A known token without the permission.
     Forbidden,
+    /// A wrong cluster secret, or a node's marker without it.
+    Node,
 }
 
 impl Refusal {
@@ -95,6 +98,7 @@ impl Refusal {
             Self::Missing => "missing",
             Self::Unknown => "unknown",
             Self::Forbidden => "forbidden",
+            Self::Node => "node",
         }
     }
 }
@@ -128,6 +132,7 @@ pub(crate) async fn authenticate(
 
 /// The caller of `request` if it may do what the request asks, else why not.
 fn check(request: &ServiceRequest, state: &HttpState) -> Result<Caller, (Refusal, ApiError)> {
+    let from_node = from_node(request, state)?;
     let credentials = state.log.credentials();
     let is_metrics = request.path() == "/metrics";
     if !credentials.required() || (is_metrics && state.metrics_public) {
@@ -142,7 +147,14 @@ fn check(request: &ServiceRequest, state: &HttpState) -> Result<Caller, (Refusal
         let error = ApiError::new(ErrorCode::Unauthorized, "a valid bearer token is required");
         (refusal, error)
     };
-    let token = token.ok_or_else(|| unauthorized(Refusal::Missing))?;
+    let Some(token) = token else {
+        // A node's own call (a typed one of `Peers`), made for a caller its node checked.
+        return if from_node {
+            Ok(Caller(None))
+        } else {
+            Err(unauthorized(Refusal::Missing))
+        };
+    };
     let principal = credentials
         .authenticate(token)
         .ok_or_else(|| unauthorized(Refusal::Unknown))?;
@@ -164,6 +176,30 @@ fn check(request: &ServiceRequest, state: &HttpState) -> Result<Caller, (Refusal
         }
     }
     Ok(Caller(Some(principal)))
+}
+
+/// Whether `request` is another node's: it carries the cluster's secret ([`NODE_SECRET`]).
+/// A wrong secret, or the node's marker ([`FORWARDED`]) without the secret when the cluster
+/// has one, is refused `401`: a client may neither skip the owner check nor pass for a node.
+/// In a cluster without a secret (and so without tokens) every caller may do everything, and
+/// the marker is taken from anyone.
+fn from_node(request: &ServiceRequest, state: &HttpState) -> Result<bool, (Refusal, ApiError)> {
+    let headers = request.headers();
+    let given = headers
+        .get(NODE_SECRET)
+        .map(|value| value.to_str().ok().map(token_hash));
+    let refused = |message: &str| {
+        let error = ApiError::new(ErrorCode::Unauthorized, message);
+        Err((Refusal::Node, error))
+    };
+    match (&state.node_secret, given) {
+        (Some(expected), Some(Some(given))) if *expected == given => Ok(true),
+        (_, Some(_)) => refused("the cluster's secret is wrong"),
+        (Some(_), None) if headers.contains_key(FORWARDED) => {
+            refused("x-durability-forwarded is taken from the cluster's nodes only")
+        }
+        (_, None) => Ok(false),
+    }
 }
 
 /// The topic a path names: its segment after `/topics/`.

@@ -11,7 +11,6 @@
 //! again (with its deduplication key).
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use actix_web::body::{BoxBody, EitherBody, MessageBody};
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -28,6 +27,7 @@ use crate::error::ErrorCode;
 use crate::names::PartitionId;
 
 pub use crate::cluster::peer::FORWARDED;
+use crate::cluster::peer::{NODE_SECRET, NodeClient};
 
 /// Whether another node of the cluster sent `request`: it is served from what this node
 /// holds, never passed on.
@@ -37,33 +37,6 @@ pub(crate) fn forwarded(request: &actix_web::HttpRequest) -> bool {
 
 /// Seconds a client is told to wait before retrying a request for a volume being taken.
 const RETRY_AFTER_SECS: u32 = 1;
-
-/// Longest wait for a forwarded request's answer beyond its own long-poll wait.
-const FORWARD_MARGIN: Duration = Duration::from_secs(10);
-
-/// Longest wait for a connection to another node: on one network, a node that does not
-/// answer by then is away.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The connections to the other nodes, shared by every worker (reused across requests).
-#[derive(Clone)]
-pub(crate) struct Forwarder {
-    client: reqwest::Client,
-}
-
-impl Forwarder {
-    /// A forwarder whose requests wait at most `max_wait` (the longest long-poll) plus a
-    /// margin.
-    pub(crate) fn new(max_wait: Duration) -> Self {
-        let client = reqwest::Client::builder()
-            .timeout(max_wait + FORWARD_MARGIN)
-            .connect_timeout(CONNECT_TIMEOUT)
-            .pool_max_idle_per_host(64)
-            .build()
-            .expect("a plain HTTP client builds");
-        Self { client }
-    }
-}
 
 /// Serves a partition's request here when this node holds its volume, else forwards it to the
 /// owner (see the module docs). Requests that name no partition are served here.
@@ -76,7 +49,7 @@ pub(crate) async fn to_owner(
         .app_data::<web::Data<HttpState>>()
         .and_then(|state| {
             let cluster = state.log.cluster()?;
-            let forwarder = state.forwarder.clone()?;
+            let forwarder = state.log.node_client()?.clone();
             let id = partition_of(request.path())?;
             let volume = volume_of(&id, cluster.volume_count());
             Some((cluster.clone(), forwarder, volume, state.max_body_bytes))
@@ -188,7 +161,7 @@ impl Answer {
 /// it is not there.
 pub(crate) async fn forward(
     cluster: &Cluster,
-    forwarder: &Forwarder,
+    forwarder: &NodeClient,
     outgoing: &Outgoing,
     volume: usize,
 ) -> Answer {
@@ -247,7 +220,7 @@ fn hop_by_hop(name: &str) -> bool {
 /// Sends `outgoing` to the node at `url`: its answer, or `None` when that node does not own the
 /// volume (`421`).
 pub(crate) async fn send(
-    forwarder: &Forwarder,
+    forwarder: &NodeClient,
     url: &str,
     outgoing: &Outgoing,
 ) -> Result<Option<Answer>, reqwest::Error> {
@@ -255,15 +228,16 @@ pub(crate) async fn send(
         .unwrap_or(reqwest::Method::GET);
     let target = format!("{url}{}", outgoing.path_and_query);
     let mut request = forwarder
-        .client
-        .request(method, target)
+        .request(method, &target)
         .body(outgoing.body.clone());
     for (name, value) in &outgoing.headers {
-        if !hop_by_hop(name.as_str()) {
+        // The node's own marks are the forwarder's to set, never a client's to pass on.
+        let marks = [FORWARDED, NODE_SECRET].contains(&name.as_str());
+        if !hop_by_hop(name.as_str()) && !marks {
             request = request.header(name.as_str(), value.as_bytes());
         }
     }
-    let answer = request.header(FORWARDED, "1").send().await?;
+    let answer = request.send().await?;
     let status = answer.status().as_u16();
     if status == ErrorCode::NotOwner.status() {
         return Ok(None);

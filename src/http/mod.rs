@@ -96,8 +96,9 @@ pub struct HttpState {
     /// Longest long-poll wait (`server.max_wait_ms`).
     max_wait: std::time::Duration,
     metrics: Metrics,
-    /// In a cluster: the connections that forward requests to the other nodes.
-    forwarder: Option<forward::Forwarder>,
+    /// In a cluster with a secret: its hash, which another node's requests carry (see
+    /// `auth.rs`).
+    node_secret: Option<crate::auth::TokenHash>,
     /// `GET /openapi.json`'s answer, the document of this server's configuration, written on
     /// first request.
     openapi: std::sync::OnceLock<web::Bytes>,
@@ -124,7 +125,9 @@ impl HttpState {
         let max_body_bytes = server.max_body_bytes;
         let request_timeout = std::time::Duration::from_millis(server.request_timeout_ms);
         let max_wait = std::time::Duration::from_millis(server.max_wait_ms);
-        let forwarder = log.cluster().map(|_| forward::Forwarder::new(max_wait));
+        let node_secret = Some(config.cluster.node_secret(&server.auth_token))
+            .filter(|secret| config.cluster.enabled() && !secret.is_empty())
+            .map(crate::auth::token_hash);
         Self {
             metrics_public,
             log,
@@ -132,7 +135,7 @@ impl HttpState {
             request_timeout,
             max_wait,
             metrics,
-            forwarder,
+            node_secret,
             openapi: std::sync::OnceLock::new(),
         }
     }

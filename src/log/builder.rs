@@ -9,7 +9,7 @@ use super::dead_letter::DeadLetterTopic;
 use super::long_poll::WaitsReleased;
 use super::{Inner, Log};
 use crate::clock::Clock;
-use crate::cluster::peer::{HttpPeers, Peers};
+use crate::cluster::peer::{HttpPeers, NodeClient, Peers};
 use crate::cluster::{CloseVolume, Cluster};
 use crate::cold::ColdStore;
 use crate::config::Config;
@@ -80,11 +80,22 @@ impl LogBuilder {
         } else {
             None
         };
-        // A cluster's node reaches the others through their REST API, with the cluster's token.
-        let peers: Option<Arc<dyn Peers>> = cluster.as_ref().map(|_| {
-            let max_wait = std::time::Duration::from_millis(config.server.max_wait_ms);
-            Arc::new(HttpPeers::new(max_wait, &config.server.auth_token)) as Arc<dyn Peers>
-        });
+        // A cluster's node reaches the others through their REST API, proving itself with the
+        // cluster's secret.
+        let node_client = match &cluster {
+            None => None,
+            Some(_) => {
+                let max_wait = std::time::Duration::from_millis(config.server.max_wait_ms);
+                let secret = config.cluster.node_secret(&config.server.auth_token);
+                let client = NodeClient::new(&config.cluster, secret, max_wait).map_err(|why| {
+                    Error::unavailable(None, format!("cannot call the other nodes: {why}"), None)
+                })?;
+                Some(client)
+            }
+        };
+        let peers = node_client
+            .clone()
+            .map(|client| Arc::new(HttpPeers::new(client)) as Arc<dyn Peers>);
         let volume_count = cluster
             .as_ref()
             .map_or(storage.volumes, Cluster::volume_count);
@@ -175,6 +186,7 @@ impl LogBuilder {
                     replica_counters: replica_counters.clone(),
                     cluster: cluster.clone(),
                     peers: peers.clone(),
+                    node_client: node_client.clone(),
                     credentials: credentials.clone(),
                 }),
             };
@@ -245,6 +257,7 @@ impl LogBuilder {
                 replica_counters,
                 cluster,
                 peers,
+                node_client,
                 credentials,
             }),
         })

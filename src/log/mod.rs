@@ -41,7 +41,7 @@ use actix::{Addr, MailboxError, Message};
 
 use crate::clock::{Clock, SystemClock};
 use crate::cluster::Cluster;
-use crate::cluster::peer::Peers;
+use crate::cluster::peer::{NodeClient, Peers};
 use crate::config::Config;
 use crate::error::Error;
 use crate::names::{PartitionId, validate_group};
@@ -78,6 +78,8 @@ struct Inner {
     cluster: Option<Cluster>,
     /// How this node reaches the others of its cluster, if it is in one.
     peers: Option<Arc<dyn Peers>>,
+    /// In a cluster: how this node calls the others (its REST front end forwards with it too).
+    node_client: Option<NodeClient>,
     /// Who may call the front ends, and what (`[auth]`, `server.auth_token`).
     credentials: Arc<crate::auth::Live>,
 }
@@ -354,6 +356,11 @@ impl Log {
     /// This node's part in a cluster (`[cluster]`), if it is in one.
     pub fn cluster(&self) -> Option<&Cluster> {
         self.inner.cluster.as_ref()
+    }
+
+    /// How this node calls the others, when it is in a cluster.
+    pub(crate) fn node_client(&self) -> Option<&NodeClient> {
+        self.inner.node_client.as_ref()
     }
 
     /// The way to the partitions other nodes hold, when this node is in a cluster.

@@ -5,6 +5,9 @@
 //! acknowledged; once everything is healed, the history is checked against what the cluster
 //! holds and every violation is reported at once. `CHAOS_SEED` replays a run's schedule of
 //! faults (and each client's choices); `CHAOS_SECONDS` sets how long faults go on (120 s).
+//! The same runs over TLS (mutual TLS between clients and nodes and between nodes, the nodes
+//! proving themselves with the cluster's secret, etcd over TLS with a user), for
+//! `CHAOS_TLS_SECONDS` (60 s).
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -19,8 +22,8 @@ use serde_json::{Value, json};
 
 use crate::common::bucket::Proxy;
 use crate::common::cluster::{
-    LEASE_TTL_MS, Node, audit, cluster_view, one_cluster_at_a_time, owners, read_partition_within,
-    start_etcd, volume_holding, wait_for_owners,
+    LEASE_TTL_MS, Node, Secured, audit, cluster_view, one_cluster_at_a_time, owners,
+    read_partition_within, start_etcd, volume_holding, wait_for_owners,
 };
 use crate::common::etcd::Etcd;
 use crate::common::process::{request, seed};
@@ -396,10 +399,20 @@ impl Client {
     }
 }
 
-/// A node whose bucket is behind `bucket` (a proxy), with short lease holds.
-fn start_node(name: &str, etcd: &Etcd, s3: &S3Settings, bucket: &str) -> Node {
+/// A node whose bucket is behind `bucket` (a proxy), with short lease holds; one of a secured
+/// cluster when `secured` is given.
+fn start_node(
+    name: &str,
+    etcd: &Etcd,
+    s3: &S3Settings,
+    bucket: &str,
+    secured: Option<&Secured>,
+) -> Node {
     let local = ("127.0.0.1", None);
     let mut node = Node::unstarted(name, &etcd.endpoint, s3, bucket, LEASE_TTL_MS, local);
+    if let Some(secured) = secured {
+        node.secure(secured, &format!("node-{name}"));
+    }
     let log = std::env::var("CHAOS_LOG").unwrap_or_else(|_| "error".to_owned());
     node.set_env("DURABILITY__LEASES__LEASE_MS", &LEASE_MS.to_string());
     node.set_env("DURABILITY__LEASES__MAX_PARALLELISM", "2");
@@ -871,14 +884,20 @@ impl Drop for StopOnDrop {
 }
 
 /// Runs the clients and the nemesis for `seconds`, heals, and checks: the violations, and a
-/// summary line.
-fn run(seed: u64, seconds: u64) -> (Vec<String>, String) {
+/// summary line. A secured cluster (see [`Secured`]) when `secured`.
+fn run(seed: u64, seconds: u64, secured: bool) -> (Vec<String>, String) {
     let _alone = one_cluster_at_a_time();
     let begun = Instant::now();
-    let etcd = start_etcd(3);
+    let secured = secured.then(Secured::new);
+    let etcd = match &secured {
+        Some(secured) => secured.start_etcd(3),
+        None => start_etcd(3),
+    };
     let s3 = block_on(fresh_s3_bucket());
     let proxies: Vec<Proxy> = NAMES.iter().map(|_| Proxy::start(&s3.endpoint)).collect();
-    let start = |(name, proxy): (&&str, &Proxy)| start_node(name, &etcd, &s3, &proxy.url());
+    let start = |(name, proxy): (&&str, &Proxy)| {
+        start_node(name, &etcd, &s3, &proxy.url(), secured.as_ref())
+    };
     let nodes: Vec<Node> = NAMES.iter().zip(&proxies).map(start).collect();
     let addrs: Vec<SocketAddr> = nodes.iter().map(Node::addr).collect();
     wait_for_owners(addrs[0], 3);
@@ -955,9 +974,10 @@ fn run(seed: u64, seconds: u64) -> (Vec<String>, String) {
         .iter()
         .filter(|grant| matches!(grant.ack, Ack::Acked));
     let summary = format!(
-        "chaos summary: CHAOS_SEED={seed} CHAOS_SECONDS={seconds} run={:.0}s \
+        "chaos summary: CHAOS_SEED={seed} seconds={seconds} tls={} run={:.0}s \
          clients={client_count} faults={:?} self-exits={} acknowledged-writes={} \
          uncertain-writes={} commits={} grants={} acked-grants={} refusals={} violations={}",
+        secured.is_some(),
         begun.elapsed().as_secs_f64(),
         cluster.faults,
         cluster.self_exits,
@@ -975,11 +995,23 @@ fn run(seed: u64, seconds: u64) -> (Vec<String>, String) {
 /// Acknowledged records, cursors and leases survive random faults (see the module's comment).
 #[test]
 fn acknowledged_work_survives_random_faults() {
+    check_a_run("CHAOS_SECONDS", 120, false);
+}
+
+/// The same in a secured cluster: TLS everywhere, the nodes proving themselves to one another.
+#[test]
+fn acknowledged_work_survives_random_faults_over_tls() {
+    check_a_run("CHAOS_TLS_SECONDS", 60, true);
+}
+
+/// Runs the test for the seconds in environment variable `variable` (`default` without it),
+/// and fails with every violation it found.
+fn check_a_run(variable: &str, default: u64, secured: bool) {
     let seed = seed("CHAOS_SEED");
-    let seconds = std::env::var("CHAOS_SECONDS")
-        .map_or(120, |s| s.trim().parse().expect("CHAOS_SECONDS: seconds"));
-    eprintln!("chaos: CHAOS_SEED={seed} CHAOS_SECONDS={seconds}");
-    let (violations, summary) = match catch_unwind(|| run(seed, seconds)) {
+    let seconds =
+        std::env::var(variable).map_or(default, |s| s.trim().parse().expect("{variable}: seconds"));
+    eprintln!("chaos: CHAOS_SEED={seed} {variable}={seconds}");
+    let (violations, summary) = match catch_unwind(|| run(seed, seconds, secured)) {
         Ok(outcome) => outcome,
         Err(panic) => panic!("CHAOS_SEED={seed}: {}", message(panic.as_ref())),
     };

@@ -11,13 +11,13 @@ use serde_json::json;
 
 use crate::common::bucket::Proxy;
 use crate::common::cluster::{
-    Acknowledged, BUCKET, LEASE_TTL_MS, Link, NETWORK, Namespace, Node, PARTITIONS, TOPIC, append,
-    audit, balanced, busiest, cluster_view, etcd_leader, etcd_serves, load, lost_records, members,
-    one_cluster_at_a_time, one_partition_per_volume, owners, position, start_etcd, three_nodes,
-    volume_of, wait_for_balance, wait_for_owners, wait_for_view, write_each,
+    Acknowledged, BUCKET, LEASE_TTL_MS, Link, NETWORK, Namespace, Node, PARTITIONS, Secured, TOPIC,
+    append, audit, balanced, busiest, cluster_view, etcd_leader, etcd_serves, load, lost_records,
+    members, one_cluster_at_a_time, one_partition_per_volume, owners, position, start_etcd,
+    three_nodes, volume_of, wait_for_balance, wait_for_owners, wait_for_view, write_each,
 };
 use crate::common::etcd::Etcd;
-use crate::common::process::request;
+use crate::common::process::{exchange, request};
 use crate::common::{Rng, block_on, fresh_s3_bucket};
 
 /// Three nodes share sixteen volumes; appends and keyed events go to random nodes. One owner is killed (SIGKILL):
@@ -29,7 +29,33 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
     let _alone = one_cluster_at_a_time();
     let etcd = start_etcd(1);
     let s3 = block_on(fresh_s3_bucket());
-    let mut nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
+    let nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
+    a_killed_owner_loses_nothing(nodes, &s3);
+}
+
+/// The same over TLS: the nodes speak mutual TLS with their clients and one another and prove
+/// themselves with the cluster's secret, and etcd (three members) takes TLS with client
+/// certificates and a user's password (see [`Secured`]).
+#[test]
+fn over_tls_a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
+    let _alone = one_cluster_at_a_time();
+    let secured = Secured::new();
+    let etcd = secured.start_etcd(3);
+    let s3 = block_on(fresh_s3_bucket());
+    let nodes = three_nodes(|name| {
+        let local = ("127.0.0.1", None);
+        let mut node =
+            Node::unstarted(name, &etcd.endpoint, &s3, &s3.endpoint, LEASE_TTL_MS, local);
+        node.secure(&secured, &format!("node-{name}"));
+        node.restart();
+        node
+    });
+    a_killed_owner_loses_nothing(nodes, &s3);
+}
+
+/// Kills the busiest of three `nodes`, checks that its volumes move in time and every
+/// acknowledged record and deduplication key survives, and restarts it.
+fn a_killed_owner_loses_nothing(mut nodes: Vec<Node>, s3: &durability::cold::S3Settings) {
     let view = wait_for_owners(nodes[0].addr(), 3);
     let owned = owners(&view);
     assert_eq!(owned.len(), 16, "every volume has an owner: {view}");
@@ -95,7 +121,7 @@ fn a_killed_owners_volumes_move_and_nothing_acknowledged_is_lost() {
     for node in &all {
         acknowledged.check(*node);
     }
-    audit(&s3);
+    audit(s3);
 }
 
 /// The minimal double failure: a node hands a volume to a node that restarted, that node is
@@ -939,4 +965,178 @@ fn cut_off_and_rejoin(links: &[Link]) {
         acknowledged.check(node);
     }
     audit(&s3);
+}
+
+/// A request as `token`'s holder with the `extra` header lines (each ending in `\r\n`): its
+/// status and body.
+fn as_holder(
+    node: SocketAddr,
+    method: &str,
+    path: &str,
+    token: &str,
+    extra: &str,
+    body: Option<&serde_json::Value>,
+) -> (u16, serde_json::Value) {
+    let body = body.map(serde_json::Value::to_string).unwrap_or_default();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {node}\r\nConnection: close\r\n\
+         Authorization: Bearer {token}\r\n{extra}Content-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, _, answer) = exchange(node, &request).expect("an answer");
+    let answer = serde_json::from_slice(&answer).unwrap_or(serde_json::Value::Null);
+    (status, answer)
+}
+
+/// With tokens and a cluster secret, the nodes' marks are taken from the nodes only. A client
+/// sending `x-durability-forwarded` (to skip the owner check, or to have a topic-wide request
+/// answered from one node's partitions) or a wrong `x-durability-node` is refused `401` and
+/// changes nothing, even with a token that may do what it asks; the same request without the
+/// marks is forwarded and served, the owner checking the caller's own token again; a token
+/// for another topic is refused `403` before anything is forwarded; and the nodes' own typed
+/// calls (a group poll across the nodes) are served.
+#[test]
+fn a_client_cannot_pass_for_a_node() {
+    use sha2::Digest as _;
+    let _alone = one_cluster_at_a_time();
+    let etcd = start_etcd(1);
+    let s3 = block_on(fresh_s3_bucket());
+    let hash = |token: &str| hex::encode(sha2::Sha256::digest(token.as_bytes()));
+    let tokens = format!(
+        r#"[{{name="writer", sha256="{}", grants=["orders:produce,consume", "*:admin,metrics"]}},
+            {{name="others", sha256="{}", grants=["other.*:produce,consume"]}}]"#,
+        hash("writer-token"),
+        hash("others-token"),
+    );
+    let nodes = three_nodes(|name| {
+        let local = ("127.0.0.1", None);
+        let mut node =
+            Node::unstarted(name, &etcd.endpoint, &s3, &s3.endpoint, LEASE_TTL_MS, local);
+        node.set_env("DURABILITY__CLUSTER__SECRET", "the-cluster-secret");
+        node.set_env("DURABILITY__AUTH__TOKENS", &tokens);
+        node.restart();
+        node
+    });
+    let started = Instant::now();
+    let view = loop {
+        let (status, view) =
+            as_holder(nodes[0].addr(), "GET", "/cluster", "writer-token", "", None);
+        let members = view["members"].as_object().map_or(0, serde_json::Map::len);
+        // Balanced: no volume is still on its way to the node rendezvous hashing gives it.
+        if status == 200 && members == 3 && balanced(&view) {
+            break view;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "no settled view: {view}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let owned = owners(&view);
+    let owner = owned[&volume_of(0)].clone();
+    let owner = nodes[position(&nodes, &owner)].addr();
+    let other = nodes
+        .iter()
+        .map(Node::addr)
+        .find(|addr| *addr != owner)
+        .expect("a node that does not own partition 0");
+    let records = format!("/topics/{TOPIC}/partitions/0/records");
+    let batch = |what: &str| json!([{"payload": {"what": what}}]);
+
+    // Served through a node that forwards it, with the cluster's secret: the owner checks the
+    // writer's token again.
+    let (status, answer) = as_holder(
+        other,
+        "POST",
+        &records,
+        "writer-token",
+        "",
+        Some(&batch("kept")),
+    );
+    assert_eq!(status, 202, "a forwarded append: {answer}");
+
+    let forwarded = "x-durability-forwarded: 1\r\n";
+    let wrong_secret = "x-durability-node: a-guess\r\n";
+    let attempts = [
+        (
+            other,
+            "writer-token",
+            forwarded,
+            401,
+            "the marker to a node without the volume",
+        ),
+        (
+            owner,
+            "writer-token",
+            forwarded,
+            401,
+            "the marker to the owner",
+        ),
+        (
+            owner,
+            "others-token",
+            forwarded,
+            401,
+            "the marker with a token for other topics",
+        ),
+        (
+            other,
+            "writer-token",
+            wrong_secret,
+            401,
+            "a wrong cluster secret",
+        ),
+        (other, "others-token", "", 403, "a token for other topics"),
+    ];
+    for (node, token, header, refused, what) in attempts {
+        let (status, answer) = as_holder(node, "POST", &records, token, header, Some(&batch(what)));
+        assert_eq!(status, refused, "{what}: {answer}");
+    }
+    // A topic-wide read is not answered from one node's partitions for a client either.
+    let poll = format!("/topics/{TOPIC}/groups/readers/poll?waitMs=0");
+    let (status, answer) = as_holder(other, "GET", &poll, "writer-token", forwarded, None);
+    assert_eq!(status, 401, "a group poll with the marker: {answer}");
+
+    // Nothing but the served append was written, and the group poll through any node (the
+    // nodes' typed calls to one another) reads it.
+    for node in nodes.iter().map(Node::addr) {
+        let (status, page) = as_holder(node, "GET", &records, "writer-token", "", None);
+        assert_eq!(status, 200, "{page}");
+        let payloads: Vec<&serde_json::Value> = page["records"]
+            .as_array()
+            .expect("records")
+            .iter()
+            .map(|record| &record["payload"]["what"])
+            .collect();
+        assert_eq!(payloads, [&json!("kept")], "partition 0 through {node}");
+    }
+    // A volume may still be on its way to the node etcd names (`503`, retried).
+    let started = Instant::now();
+    let polled = loop {
+        match as_holder(other, "GET", &poll, "writer-token", "", None) {
+            (200, polled) => break polled,
+            (503, _) if started.elapsed() < Duration::from_secs(30) => {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (status, answer) => panic!("the group poll: {status} {answer}"),
+        }
+    };
+    assert!(
+        polled.to_string().contains("kept"),
+        "the group poll: {polled}"
+    );
+    let (_, _, metrics) = exchange(
+        owner,
+        &format!(
+            "GET /metrics HTTP/1.1\r\nHost: {owner}\r\nConnection: close\r\n\
+             Authorization: Bearer writer-token\r\n\r\n"
+        ),
+    )
+    .expect("metrics");
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains(r#"durability_auth_failures_total{reason="node"} 2"#),
+        "the owner counted the two marked requests it refused: {metrics}"
+    );
 }

@@ -447,27 +447,99 @@ fn scoped_tokens_are_read_and_bad_ones_refused_by_name() {
     assert_eq!(invalid_key(missing), "auth.tokens_file");
 }
 
-/// A cluster's nodes call one another with `server.auth_token`: scoped tokens without it are
-/// refused.
-#[test]
-fn a_cluster_with_scoped_tokens_needs_the_nodes_token() {
-    let text = format!(
+/// The TOML of a cluster node's settings (over the bucket `b`), with `more` after them.
+fn cluster_toml(more: &str) -> String {
+    format!(
         "[replication]\nkind = \"s3\"\n[cold]\nkind = \"s3\"\ns3_bucket = \"b\"\n\
-         [cluster]\netcd_endpoints = \"http://127.0.0.1:2379\"\nadvertise_url = \"http://127.0.0.1:8080\"\n\
-         [[auth.tokens]]\nname = \"a\"\nsha256 = \"{}\"\ngrants = [\"t:produce\"]\n",
-        "a".repeat(64)
-    );
-    let refused = Config::from_sources(Some(("cluster.toml", &text)), env(&[]));
-    assert_eq!(invalid_key(refused), "server.auth_token");
-    let accepted = Config::from_sources(
-        Some(("cluster.toml", &text)),
-        env(&[("DURABILITY__SERVER__AUTH_TOKEN", "nodes-token")]),
-    );
-    assert!(accepted.is_ok(), "{accepted:?}");
+         [cluster]\netcd_endpoints = \"http://127.0.0.1:2379\"\n\
+         advertise_url = \"http://127.0.0.1:8080\"\n{more}"
+    )
 }
 
-/// `[server.tls]` needs its certificate and key together, files that hold them, and no
-/// cluster (whose nodes do not speak TLS to one another yet); each fault is refused by key.
+/// A cluster's nodes prove themselves to one another with `cluster.secret`, or else
+/// `server.auth_token`: scoped tokens (inline or in a file) with neither are refused.
+#[test]
+fn a_cluster_with_scoped_tokens_needs_the_nodes_secret() {
+    let text = cluster_toml(&format!(
+        "[[auth.tokens]]\nname = \"a\"\nsha256 = \"{}\"\ngrants = [\"t:produce\"]\n",
+        "a".repeat(64)
+    ));
+    let refused = Config::from_sources(Some(("cluster.toml", &text)), env(&[]));
+    assert_eq!(invalid_key(refused), "cluster.secret");
+    for secret in [
+        "DURABILITY__SERVER__AUTH_TOKEN",
+        "DURABILITY__CLUSTER__SECRET",
+    ] {
+        let accepted =
+            Config::from_sources(Some(("cluster.toml", &text)), env(&[(secret, "nodes")]));
+        assert!(accepted.is_ok(), "{secret}: {accepted:?}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, "").unwrap();
+    let in_a_file = cluster_toml(&format!("[auth]\ntokens_file = {:?}\n", tokens));
+    let refused = Config::from_sources(Some(("cluster.toml", &in_a_file)), env(&[]));
+    assert_eq!(invalid_key(refused), "cluster.secret");
+}
+
+/// `[cluster.tls]` and etcd's access are checked by key: the nodes speak TLS exactly when
+/// their listener does, at https:// URLs, with files that hold certificates; etcd's
+/// certificate and key, and its user and password, come together, and its CA only with
+/// https:// endpoints. Settings that hold together, with real certificates, are taken.
+#[test]
+fn cluster_tls_and_etcd_access_are_checked_by_key() {
+    let pki = crate::common::pki::Pki::new();
+    let file = |name: &str| format!("{:?}", pki.path(name).display().to_string());
+    let (ca, cert, key) = (file("ca.pem"), file("node-a.pem"), file("node-a.key"));
+    let server_tls = format!("[server.tls]\ncert_file = {cert}\nkey_file = {key}\n");
+    let https = |text: String| text.replace("http://127.0.0.1:8080", "https://127.0.0.1:8080");
+    let cases = [
+        (cluster_toml(&server_tls), "cluster.tls.ca_file"),
+        (
+            cluster_toml(&format!("[cluster.tls]\nca_file = {ca}\n")),
+            "cluster.advertise_url",
+        ),
+        (
+            https(cluster_toml(&format!(
+                "{server_tls}[cluster.tls]\nca_file = {ca}\ncert_file = {cert}\n"
+            ))),
+            "cluster.tls.key_file",
+        ),
+        (
+            https(cluster_toml(&format!(
+                "{server_tls}[cluster.tls]\nca_file = \"/nonexistent/ca.pem\"\n"
+            ))),
+            "cluster.tls",
+        ),
+        (
+            cluster_toml(&format!("etcd_cert_file = {cert}\n")),
+            "cluster.etcd_key_file",
+        ),
+        (
+            cluster_toml(&format!("etcd_ca_file = {ca}\n")),
+            "cluster.etcd_endpoints",
+        ),
+        (
+            cluster_toml("etcd_user = \"root\"\n"),
+            "cluster.etcd_password",
+        ),
+    ];
+    for (text, key) in cases {
+        let refused = Config::from_sources(Some(("cluster.toml", &text)), env(&[]));
+        assert_eq!(invalid_key(refused), key, "{text}");
+    }
+    let secured = https(cluster_toml(&format!(
+        "etcd_ca_file = {ca}\netcd_user = \"root\"\netcd_password = \"pw\"\n\
+         {server_tls}client_ca_file = {ca}\n[cluster.tls]\nca_file = {ca}\n\
+         cert_file = {cert}\nkey_file = {key}\n"
+    )))
+    .replace("http://127.0.0.1:2379", "https://127.0.0.1:2379");
+    let accepted = Config::from_sources(Some(("secured.toml", &secured)), env(&[]));
+    assert!(accepted.is_ok(), "{secured}: {accepted:?}");
+}
+
+/// `[server.tls]` needs its certificate and key together, and files that hold them; each
+/// fault is refused by key.
 #[test]
 fn tls_settings_are_checked_by_key() {
     let tls = |lines: &str| format!("[server.tls]\n{lines}");
@@ -506,19 +578,30 @@ fn secrets_are_read_from_files_and_never_shown() {
         file("access", "s3cr3t-access"),
         file("secret", "s3cr3t-secret\r\n"),
     );
+    let (cluster_secret, etcd_password) = (
+        file("cluster-secret", "s3cr3t-cluster\n"),
+        file("etcd-password", "s3cr3t-etcd\n"),
+    );
     let config = Config::from_sources(
-        None,
+        Some(("cluster.toml", &cluster_toml(""))),
         env(&[
             ("DURABILITY__SERVER__AUTH_TOKEN_FILE", &token),
             ("DURABILITY__COLD__S3_ACCESS_KEY_FILE", &access),
             ("DURABILITY__COLD__S3_SECRET_KEY_FILE", &secret),
+            ("DURABILITY__CLUSTER__SECRET_FILE", &cluster_secret),
+            ("DURABILITY__CLUSTER__ETCD_USER", "root"),
+            ("DURABILITY__CLUSTER__ETCD_PASSWORD_FILE", &etcd_password),
         ]),
     )
     .unwrap();
     assert_eq!(config.server.auth_token, "s3cr3t-token");
     assert_eq!(config.cold.s3_access_key, "s3cr3t-access");
     assert_eq!(config.cold.s3_secret_key, "s3cr3t-secret");
+    assert_eq!(config.cluster.secret, "s3cr3t-cluster");
+    assert_eq!(config.cluster.etcd_password, "s3cr3t-etcd");
     assert!(!format!("{config:?}").contains("s3cr3t"), "{config:?}");
+    let redacted = format!("{:?}", config.redacted());
+    assert!(!redacted.contains("s3cr3t"), "{redacted}");
 
     let empty = file("empty", "\n");
     let cases = [
@@ -539,6 +622,20 @@ fn secrets_are_read_from_files_and_never_shown() {
         (
             vec![("DURABILITY__COLD__S3_ACCESS_KEY_FILE", empty.as_str())],
             "cold.s3_access_key_file",
+        ),
+        (
+            vec![
+                (
+                    "DURABILITY__CLUSTER__ETCD_PASSWORD_FILE",
+                    etcd_password.as_str(),
+                ),
+                ("DURABILITY__CLUSTER__ETCD_PASSWORD", "s3cr3t-inline"),
+            ],
+            "cluster.etcd_password_file",
+        ),
+        (
+            vec![("DURABILITY__CLUSTER__SECRET_FILE", empty.as_str())],
+            "cluster.secret_file",
         ),
     ];
     for (vars, key) in cases {

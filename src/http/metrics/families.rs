@@ -27,7 +27,7 @@
 //! | `durability_leases` | gauge (lease rows; groups that lease only) | `topic`, `partition`, `group`, `state` |
 //! | `durability_cold_flushes_total` | counter | `result` (`ok`, `error`) |
 //! | `durability_http_request_duration_seconds` | histogram | `method`, `route`, `status` |
-//! | `durability_auth_failures_total` | counter (requests refused by their token) | `reason` (`missing`, `unknown`, `forbidden`) |
+//! | `durability_auth_failures_total` | counter (requests refused by their token, or as a node's without the cluster's secret) | `reason` (`missing`, `unknown`, `forbidden`, `node`) |
 //! | `durability_open_partitions` | gauge | |
 //! | `durability_partition_actors` | gauge (actors alive: open partitions, and closed ones not yet dropped) | |
 //! | `durability_partitions_opened_total`, `durability_partitions_closed_total` | counter | |
@@ -259,7 +259,7 @@ impl Metrics {
                 IntCounterVec::new(
                     Opts::new(
                         "durability_auth_failures_total",
-                        "Requests refused by their token, by reason (missing, unknown, forbidden).",
+                        "Requests refused by their token, by reason (missing, unknown, forbidden, node).",
                     ),
                     &["reason"],
                 ),

@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use tempfile::TempDir;
 
 use super::bucket::audit_bucket;
-use super::etcd::Etcd;
-use super::process::{Server, replication_env, request};
+use super::etcd::{Etcd, Options, ServerTls};
+use super::pki::Pki;
+use super::process::{Server, replication_env, request, speak_tls_to, tls_client};
 use super::{Rng, block_on};
 
 /// The topic the scenarios write.
@@ -57,6 +58,58 @@ pub(crate) fn start_etcd(members: usize) -> Etcd {
 /// it does once it has a leader.
 pub(crate) fn etcd_serves(addr: SocketAddr) -> bool {
     matches!(request(addr, "GET", "/health", None), Ok((200, health)) if health["health"] == "true")
+}
+
+/// What a secured cluster's nodes and etcd share: certificates of one CA (see [`Pki`]), the
+/// cluster's secret, and etcd's root password in a file, as containers mount secrets.
+pub(crate) struct Secured {
+    pub(crate) pki: Pki,
+    password_file: std::path::PathBuf,
+}
+
+/// The secret the nodes of a secured cluster prove themselves with.
+pub(crate) const CLUSTER_SECRET: &str = "the-cluster-secret";
+/// etcd's root password in a secured cluster.
+const ETCD_PASSWORD: &str = "the-etcd-password";
+
+impl Secured {
+    pub(crate) fn new() -> Self {
+        let pki = Pki::new();
+        let password_file = pki.path("etcd-password");
+        std::fs::write(&password_file, format!("{ETCD_PASSWORD}\n")).expect("a password file");
+        Self { pki, password_file }
+    }
+
+    /// etcd of `members` members over TLS with authentication on (user `root`). Not with
+    /// client certificates too: etcd's JSON gateway refuses a request from a client with a
+    /// certificate once authentication is on ("CommonName of client sending a request against
+    /// gateway will be ignored").
+    pub(crate) fn start_etcd(&self, members: usize) -> Etcd {
+        let tls = ServerTls {
+            cert_file: self.pki.path("server.pem"),
+            key_file: self.pki.path("server.key"),
+            ca_file: self.pki.path("ca.pem"),
+            client_cert_auth: false,
+        };
+        let client = self.client();
+        let ready = move |addr| {
+            speak_tls_to(addr, client.clone());
+            etcd_serves(addr)
+        };
+        let options = Options {
+            tls: Some(tls),
+            ..Options::default()
+        };
+        let etcd = Etcd::start_with(members, options, ready);
+        etcd.enable_auth(ETCD_PASSWORD);
+        etcd
+    }
+
+    /// The tests' TLS client: it trusts the CA and shows its client certificate.
+    fn client(&self) -> std::sync::Arc<rustls::ClientConfig> {
+        let cert = (self.pki.path("client.pem"), self.pki.path("client.key"));
+        tls_client(&self.pki.path("ca.pem"), Some((&cert.0, &cert.1)))
+    }
 }
 
 /// The etcd member that leads now.
@@ -187,6 +240,41 @@ impl Node {
         std::io::Read::read_to_string(&mut child.stderr.take().expect("piped"), &mut said)
             .expect("read its standard error");
         (status, said)
+    }
+
+    /// Makes the node one of a secured cluster: it speaks mutual TLS with its clients and
+    /// the other nodes (its listener shows certificate `cert` of the CA and lets in only
+    /// clients with a certificate of that CA; it calls the other nodes trusting only that CA,
+    /// showing `cert`), proves itself to them with [`CLUSTER_SECRET`], and reaches etcd over
+    /// TLS as user `root`, its password read from a file (see [`Secured::start_etcd`]). The tests' requests to it go over
+    /// TLS too (see [`speak_tls_to`]).
+    pub(crate) fn secure(&mut self, secured: &Secured, cert: &str) {
+        let file = |name: &str| secured.pki.path(name).display().to_string();
+        let (ca, pem, key) = (
+            file("ca.pem"),
+            file(&format!("{cert}.pem")),
+            file(&format!("{cert}.key")),
+        );
+        let url = format!("https://{}:{}", self.host, self.port);
+        let password = secured.password_file.display().to_string();
+        for (key, value) in [
+            (
+                "DURABILITY__SERVER__TLS",
+                format!("{{cert_file={pem:?}, key_file={key:?}, client_ca_file={ca:?}}}"),
+            ),
+            (
+                "DURABILITY__CLUSTER__TLS",
+                format!("{{ca_file={ca:?}, cert_file={pem:?}, key_file={key:?}}}"),
+            ),
+            ("DURABILITY__CLUSTER__ADVERTISE_URL", url),
+            ("DURABILITY__CLUSTER__SECRET", CLUSTER_SECRET.to_owned()),
+            ("DURABILITY__CLUSTER__ETCD_CA_FILE", ca.clone()),
+            ("DURABILITY__CLUSTER__ETCD_USER", "root".to_owned()),
+            ("DURABILITY__CLUSTER__ETCD_PASSWORD_FILE", password),
+        ] {
+            self.set_env(key, &value);
+        }
+        speak_tls_to(self.addr(), secured.client());
     }
 
     /// Sets environment variable `key` of the node's next start.

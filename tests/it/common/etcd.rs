@@ -7,7 +7,9 @@
 // this file, so it needs nothing but std and `tempfile`, and its opening is a plain comment
 // (an included file may not hold inner attributes, nor so `//!` docs). It has no client of its
 // own: whoever starts members says how to tell that one serves (a closure given the member's
-// client address), with the client it already has.
+// client address), with the client it already has. Members may serve their clients over TLS
+// ([`Options::tls`], peers stay plain HTTP), and have authentication turned on once started
+// ([`Etcd::enable_auth`], through `curl`).
 
 use std::fs::File;
 use std::net::{SocketAddr, TcpListener};
@@ -31,8 +33,36 @@ pub struct Etcd {
     pub clients: Vec<SocketAddr>,
     /// The client URLs, comma-separated (`cluster.etcd_endpoints`).
     pub endpoint: String,
+    /// The members' TLS on their client URLs, if any.
+    tls: Option<ServerTls>,
     ready: Ready,
     dir: TempDir,
+}
+
+/// How members start, beyond what [`Etcd::start`] gives every one.
+#[derive(Default)]
+pub struct Options {
+    /// Another address the members listen for clients on, on the same ports (see
+    /// [`Etcd::endpoint_on`]).
+    pub also: Option<String>,
+    /// TLS on the client URLs, which then are `https://`.
+    pub tls: Option<ServerTls>,
+    /// More arguments for every member, such as `--auth-token-ttl 1`.
+    pub args: Vec<String>,
+}
+
+/// The members' TLS on their client URLs, from PEM files.
+#[derive(Clone)]
+pub struct ServerTls {
+    /// The members' certificate (`--cert-file`), for 127.0.0.1.
+    pub cert_file: PathBuf,
+    /// Its key (`--key-file`).
+    pub key_file: PathBuf,
+    /// The CA that signed the members' certificate, which [`Etcd::enable_auth`] trusts.
+    pub ca_file: PathBuf,
+    /// Whether a client must show a certificate the CA signed (`--client-cert-auth` and
+    /// `--trusted-ca-file`: etcd 3.4 asks every client for one once given a CA).
+    pub client_cert_auth: bool,
 }
 
 /// One member: how to start it (again, over the same data folder), and its process while it
@@ -61,6 +91,21 @@ impl Etcd {
         also: Option<&str>,
         ready: impl Fn(SocketAddr) -> bool + Send + 'static,
     ) -> Self {
+        let options = Options {
+            also: also.map(str::to_owned),
+            ..Options::default()
+        };
+        Self::start_with(count, options, ready)
+    }
+
+    /// [`Etcd::start`], the members started as `options` say. With [`Options::tls`], `ready`
+    /// must ask over TLS.
+    pub fn start_with(
+        count: usize,
+        options: Options,
+        ready: impl Fn(SocketAddr) -> bool + Send + 'static,
+    ) -> Self {
+        let scheme = scheme(options.tls.as_ref());
         let dir = tempfile::tempdir().expect("temp dir");
         let ports = free_ports(2 * count);
         let (clients, peers) = ports.split_at(count);
@@ -74,14 +119,14 @@ impl Etcd {
             .zip(peers)
             .enumerate()
             .map(|(n, (client, peer))| {
-                let client_url = format!("http://127.0.0.1:{client}");
+                let client_url = format!("{scheme}://127.0.0.1:{client}");
                 let peer_url = format!("http://127.0.0.1:{peer}");
-                let listen = match also {
-                    Some(host) => format!("{client_url},http://{host}:{client}"),
+                let listen = match &options.also {
+                    Some(host) => format!("{client_url},{scheme}://{host}:{client}"),
                     None => client_url.clone(),
                 };
                 let data = dir.path().join(format!("m{n}"));
-                let args: [&str; 16] = [
+                let mut args: Vec<String> = [
                     "--name",
                     &format!("m{n}"),
                     "--data-dir",
@@ -98,10 +143,29 @@ impl Etcd {
                     &initial.join(","),
                     "--initial-cluster-state",
                     "new",
-                ];
+                ]
+                .map(str::to_owned)
+                .into();
+                if let Some(tls) = &options.tls {
+                    let path = |path: &PathBuf| path.to_str().expect("a UTF-8 path").to_owned();
+                    args.extend([
+                        "--cert-file".to_owned(),
+                        path(&tls.cert_file),
+                        "--key-file".to_owned(),
+                        path(&tls.key_file),
+                    ]);
+                    if tls.client_cert_auth {
+                        args.extend([
+                            "--client-cert-auth".to_owned(),
+                            "--trusted-ca-file".to_owned(),
+                            path(&tls.ca_file),
+                        ]);
+                    }
+                }
+                args.extend(options.args.iter().cloned());
                 let log = dir.path().join(format!("m{n}.log"));
                 let mut member = Member {
-                    args: args.map(str::to_owned).into(),
+                    args,
                     log,
                     process: None,
                 };
@@ -115,13 +179,14 @@ impl Etcd {
             .collect();
         let endpoint = clients
             .iter()
-            .map(|addr| format!("http://{addr}"))
+            .map(|addr| format!("{scheme}://{addr}"))
             .collect::<Vec<_>>()
             .join(",");
         let mut etcd = Self {
             members,
             clients,
             endpoint,
+            tls: options.tls,
             ready: Box::new(ready),
             dir,
         };
@@ -142,9 +207,49 @@ impl Etcd {
     pub fn endpoint_on(&self, host: &str) -> String {
         self.clients
             .iter()
-            .map(|addr| format!("http://{host}:{}", addr.port()))
+            .map(|addr| format!("{}://{host}:{}", scheme(self.tls.as_ref()), addr.port()))
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Turns authentication on: adds user `root` with `password` (which needs no JSON escape),
+    /// grants it role `root`, and enables authentication, through member 0 with `curl`
+    /// (scripts/install-tls-tools), showing the members' own certificate when they ask for a
+    /// client's. From then on, a request needs the user's token: a `ready` that asks without
+    /// one no longer passes, so [`Etcd::restart`] fails.
+    ///
+    /// # Panics
+    ///
+    /// When `curl` cannot be run, or etcd refuses a step.
+    pub fn enable_auth(&self, password: &str) {
+        let user = format!(r#"{{"name":"root","password":"{password}"}}"#);
+        let steps = [
+            ("/v3/auth/user/add", user.as_str()),
+            ("/v3/auth/user/grant", r#"{"user":"root","role":"root"}"#),
+            ("/v3/auth/enable", "{}"),
+        ];
+        for (path, body) in steps {
+            let mut curl = Command::new("curl");
+            curl.args(["--silent", "--show-error", "--fail", "--max-time", "10"])
+                .args(["--data", body]);
+            if let Some(tls) = &self.tls {
+                curl.arg("--cacert").arg(&tls.ca_file);
+                if tls.client_cert_auth {
+                    curl.arg("--cert").arg(&tls.cert_file);
+                    curl.arg("--key").arg(&tls.key_file);
+                }
+            }
+            let url = format!("{}://{}{path}", scheme(self.tls.as_ref()), self.clients[0]);
+            let done = curl
+                .arg(&url)
+                .output()
+                .expect("curl (scripts/install-tls-tools)");
+            assert!(
+                done.status.success(),
+                "{url}: {}",
+                String::from_utf8_lossy(&done.stderr)
+            );
+        }
     }
 
     /// Kills member `member` (SIGKILL) and reaps it; its data folder stays, for
@@ -223,6 +328,11 @@ impl Drop for Etcd {
             self.kill(member);
         }
     }
+}
+
+/// The client URLs' scheme.
+pub fn scheme(tls: Option<&ServerTls>) -> &'static str {
+    if tls.is_some() { "https" } else { "http" }
 }
 
 /// `count` distinct free TCP ports of 127.0.0.1 (free when asked: each is held until all are
