@@ -124,6 +124,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    trust_s3_ca(&config);
     if args.check_config {
         if args.check_bucket
             && let Err(why) = config.check_bucket()
@@ -162,6 +163,20 @@ fn main() -> ExitCode {
             let _ = writeln!(std::io::stderr(), "error: {err}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Makes the S3 client trust `cold.s3_ca_file`, the only way there is: rust-s3 takes no root
+/// certificate, but the HTTP client it builds for each bucket trusts the file `SSL_CERT_FILE`
+/// names besides the public roots (reqwest's native roots). Every HTTP client the process
+/// builds after this call trusts it too.
+fn trust_s3_ca(config: &Config) {
+    if let Some(ca_file) = config.cold.s3_ca() {
+        // SAFETY: writing the environment races only with another thread reading it outside
+        // std's lock (C code calling getenv). None can: the runtime and the server's threads
+        // start later, and the threads already running, jemalloc's background purger and
+        // (with [server.tls]) the certificate watcher that validation started, never read it.
+        unsafe { std::env::set_var("SSL_CERT_FILE", ca_file) };
     }
 }
 

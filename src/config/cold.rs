@@ -1,8 +1,10 @@
 //! `[cold]`: where expired records go (a local folder, an S3-compatible bucket, or nowhere).
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject;
 use serde::Deserialize;
 
 use super::{ConfigError, redacted};
@@ -47,6 +49,15 @@ pub struct ColdSettings {
     pub s3_access_key_file: PathBuf,
     /// A file holding `s3_secret_key` instead. Default: empty.
     pub s3_secret_key_file: PathBuf,
+    /// PEM file of the CA that an `https://` `s3_endpoint`'s certificate chains to, trusted
+    /// besides the public roots. Default: empty (the public roots only).
+    ///
+    /// rust-s3 builds its own HTTP client and takes no root certificate, so the CA reaches it
+    /// as `SSL_CERT_FILE`, which every HTTP client of the process reads at its creation: the
+    /// `durability` binary sets it from this key before it starts a thread. A library's
+    /// process is left alone: an embedder sets `SSL_CERT_FILE` to this file itself, before
+    /// its first thread starts.
+    pub s3_ca_file: PathBuf,
 }
 
 impl fmt::Debug for ColdSettings {
@@ -64,6 +75,7 @@ impl fmt::Debug for ColdSettings {
             .field("s3_path_style", &self.s3_path_style)
             .field("s3_access_key_file", &self.s3_access_key_file)
             .field("s3_secret_key_file", &self.s3_secret_key_file)
+            .field("s3_ca_file", &self.s3_ca_file)
             .finish()
     }
 }
@@ -79,6 +91,11 @@ impl ColdSettings {
             secret_key: self.s3_secret_key.clone(),
             path_style: self.s3_path_style,
         }
+    }
+
+    /// `s3_ca_file`, unless empty.
+    pub fn s3_ca(&self) -> Option<&Path> {
+        (!self.s3_ca_file.as_os_str().is_empty()).then_some(self.s3_ca_file.as_path())
     }
 
     pub(super) fn validate(&self) -> Result<(), ConfigError> {
@@ -98,6 +115,32 @@ impl ColdSettings {
                 ))
             }
             _ => Ok(()),
+        }?;
+        let Some(ca_file) = self.s3_ca() else {
+            return Ok(());
+        };
+        if !self.s3_endpoint.starts_with("https://") {
+            return Err(ConfigError::invalid(
+                "cold.s3_ca_file",
+                "the S3 endpoint's CA is for an https:// cold.s3_endpoint only",
+            ));
         }
+        check_ca_file(ca_file).map_err(|why| ConfigError::invalid("cold.s3_ca_file", why))
     }
+}
+
+/// Whether the PEM file at `path` holds at least one certificate, each one that rustls takes
+/// as a root: the S3 client reads it as `SSL_CERT_FILE`, and skips one it cannot take
+/// without a word.
+fn check_ca_file(path: &Path) -> Result<(), String> {
+    let unfit = |err: &dyn fmt::Display| format!("{}: {err}", path.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(path).map_err(|err| unfit(&err))? {
+        let cert = cert.map_err(|err| unfit(&err))?;
+        roots.add(cert).map_err(|err| unfit(&err))?;
+    }
+    if roots.is_empty() {
+        return Err(unfit(&"no certificate in it"));
+    }
+    Ok(())
 }

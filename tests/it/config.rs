@@ -645,3 +645,40 @@ fn secrets_are_read_from_files_and_never_shown() {
         assert_eq!(invalid_key(refused), key, "{vars:?}");
     }
 }
+
+/// `cold.s3_ca_file` goes with an https:// `cold.s3_endpoint` only, and must hold a
+/// certificate rustls takes as a root (not a missing file, a key, nor a malformed one); each
+/// fault is refused by key, and the tests' CA with an https:// endpoint is taken.
+#[test]
+fn s3_ca_file_is_checked_by_key() {
+    let pki = crate::common::pki::Pki::new();
+    let malformed = pki.path("malformed.pem");
+    std::fs::write(
+        &malformed,
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let cold = |endpoint: &str, ca_file: &Path| {
+        format!(
+            "[cold]\nkind = \"s3\"\ns3_bucket = \"b\"\ns3_endpoint = \"{endpoint}\"\n\
+             s3_ca_file = {:?}\n",
+            ca_file.display().to_string()
+        )
+    };
+    let https = "https://127.0.0.1:9000";
+    let ca = pki.path("ca.pem");
+    let cases = [
+        ("http://127.0.0.1:9000", ca.clone()),
+        ("", ca.clone()),
+        (https, pki.path("missing.pem")),
+        (https, pki.path("server.key")),
+        (https, malformed),
+    ];
+    for (endpoint, ca_file) in cases {
+        let text = cold(endpoint, &ca_file);
+        let refused = Config::from_sources(Some(("cold.toml", &text)), env(&[]));
+        assert_eq!(invalid_key(refused), "cold.s3_ca_file", "{text}");
+    }
+    let accepted = Config::from_sources(Some(("cold.toml", &cold(https, &ca))), env(&[]));
+    assert_eq!(accepted.map(|config| config.cold.s3_ca_file), Ok(ca));
+}

@@ -22,6 +22,7 @@ mod replication;
 mod retention;
 mod retention_alarm;
 mod retention_sweep;
+mod s3_tls;
 mod scrub;
 mod server;
 mod store;
