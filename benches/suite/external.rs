@@ -151,6 +151,15 @@ pub fn run_redis_benchmark(
 /// Starts the `durability` server binary on a free port: `sync = full`, no retention limit, no
 /// cold tier, data in `dir`.
 pub fn server(binary: &Path, dir: &Path) -> (Running, SocketAddr) {
+    server_with(binary, dir, &[])
+}
+
+/// [`server`], with more environment (TLS, tokens) set after the suite's own.
+pub fn server_with(
+    binary: &Path,
+    dir: &Path,
+    env: &[(&str, &std::ffi::OsStr)],
+) -> (Running, SocketAddr) {
     let address = SocketAddr::from(([127, 0, 0, 1], free_port()));
     let child = Command::new(binary)
         .env("DURABILITY__SERVER__BIND", address.to_string())
@@ -160,6 +169,7 @@ pub fn server(binary: &Path, dir: &Path) -> (Running, SocketAddr) {
         .env("DURABILITY__RETENTION__MAX_AGE_MS", "0")
         .env("DURABILITY__RETENTION__MAX_BYTES", "0")
         .env("RUST_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .spawn()
         .unwrap_or_else(|err| panic!("cannot start {}: {err}", binary.display()));

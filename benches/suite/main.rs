@@ -16,7 +16,9 @@
 //! member and up to three nodes; `--quick` kills 5 nodes instead of 20, and fails 1 loaded
 //! cluster of 256 volumes instead of 3) or `failovers` (needs `--server` and etcd; starts the S3
 //! server, one etcd member and one cluster of three nodes of 256 volumes, then 20 rounds of
-//! 10 s of load, a `kill -9` and a restart; `--quick` runs 5 rounds). Writes
+//! 10 s of load, a `kill -9` and a restart; `--quick` runs 5 rounds) or `security` (needs
+//! `--server`, wrk and openssl; what TLS and 10,000 scoped tokens cost, against plaintext and
+//! no tokens in the same run). Writes
 //! `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only` replaces only what that section
 //! writes in them (`throughput`: the goals it measures, the throughput and latency tables;
 //! `cold` writes nothing there).
@@ -32,6 +34,7 @@ mod partitions;
 mod raw;
 mod replication;
 mod report;
+mod security;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -284,6 +287,13 @@ fn main() {
         eprintln!("repeated failovers");
         let kills = if args.quick { 5 } else { 20 };
         report.failovers = Some(failovers::run(binary, &dir("failovers"), &payload, kills));
+    }
+
+    if let Some(binary) = server
+        .as_ref()
+        .filter(|_| args.runs("security") && external::installed("openssl"))
+    {
+        report.security = Some(security::run(binary, &dir("security"), &payload, budget));
     }
 
     report.write(&args.out, args.quick, args.only.as_deref());
