@@ -1,19 +1,24 @@
 //! The JSON shapes nodes and clients exchange: the REST API's bodies that one node also reads
-//! from another (`cluster::peer`), defined once for both sides. A leaf: it knows the log's
+//! from another (`cluster::peer`) and that the client (`client`, feature `client`) sends and
+//! reads, defined once for both sides. A leaf: it knows the log's
 //! types, nothing of the HTTP layer or of the cluster.
 //!
 //! Bodies holding records are typed structs, never a `serde_json::Value`: payloads are written
 //! verbatim, so any JSON text the server accepted (even one a `Value` cannot hold, such as a
 //! lone surrogate escape) reads back, and a node reading another's page keeps them verbatim.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
+use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaType, Type};
 
 use crate::error::ErrorCode;
 use crate::load::LoadSnapshot;
+use crate::log::{LeaseState, MAX_KEY_BYTES};
 
 /// Every error: `{"error": {"code", "message", ...details}}`. A 4xx is definite: nothing
 /// changed; so is `503 overloaded`. Otherwise a 5xx is uncertain: the write may or may not have
@@ -390,5 +395,354 @@ impl From<PartitionDetail> for crate::log::PartitionDetail {
             cursors: detail.cursors,
             pending_deliveries: detail.pending_deliveries,
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Request bodies the server reads and clients write, and answers only clients read
+// (`crate::client`): defined here so that the two sides cannot drift.
+// ---------------------------------------------------------------------------------------------
+
+/// An integer in a JSON body: any JSON number whose value is a whole number that fits an `i64`,
+/// however it is written (`12`, `12.0`, `1.2e1`), as JSON Schema's `integer` (and so the API
+/// document) counts it. The number's text is read exactly, never through a float, so
+/// `1.0000000000000001` stays a fraction and `9007199254740993` stays itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Integer(pub i64);
+
+impl<'de> Deserialize<'de> for Integer {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let raw = Box::<RawValue>::deserialize(deserializer)?;
+        whole_number(raw.get()).map(Integer).ok_or_else(|| {
+            D::Error::custom(format!(
+                "expected an integer that fits a signed 64-bit value, found {}",
+                raw.get()
+            ))
+        })
+    }
+}
+
+/// The value of a JSON text when it is a number whose value is a whole number that fits an
+/// `i64`; `None` for anything else (a fraction, out of range, not a number).
+fn whole_number(text: &str) -> Option<i64> {
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(unsigned) => (true, unsigned),
+        None => (false, text),
+    };
+    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
+        // An exponent too large for an `i64` still says which side of the point it moves to.
+        Some((mantissa, exponent)) => (
+            mantissa,
+            exponent
+                .parse::<i64>()
+                .unwrap_or(if exponent.starts_with('-') {
+                    i64::MIN
+                } else {
+                    i64::MAX
+                }),
+        ),
+        None => (unsigned, 0),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = || whole.bytes().chain(fraction.bytes());
+    if whole.is_empty() || !digits().all(|digit| digit.is_ascii_digit()) {
+        return None;
+    }
+    // The value is `digits` with the decimal point after the first `point` of them.
+    let point = (whole.len() as i64).saturating_add(exponent);
+    let mut value: i128 = 0;
+    for (index, digit) in digits().enumerate() {
+        if (index as i64) < point {
+            value = value
+                .checked_mul(10)?
+                .checked_add(i128::from(digit - b'0'))?;
+        } else if digit != b'0' {
+            return None;
+        }
+    }
+    if value != 0 {
+        for _ in (whole.len() + fraction.len()) as i64..point {
+            value = value.checked_mul(10)?;
+        }
+    }
+    i64::try_from(if negative { -value } else { value }).ok()
+}
+
+/// Written as the plain JSON integer it holds (a client's side of the body).
+impl Serialize for Integer {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_i64(self.0)
+    }
+}
+
+/// One event of `POST /topics/{topic}/records`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct EventBody {
+    /// Chooses the partition: the key's 32-bit FNV-1a hash over its UTF-16 code units, modulo
+    /// the topic's partition count, so one key always goes to one partition.
+    pub partition_key: String,
+    /// Any JSON value; it reads back unchanged.
+    #[schema(value_type = serde_json::Value)]
+    pub payload: Box<RawValue>,
+    /// Optional deduplication key, 1 to [`MAX_KEY_BYTES`] bytes of UTF-8: a re-sent key
+    /// returns the original place.
+    #[schema(schema_with = event_key)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+/// The schema of `EventBody::key`.
+fn event_key() -> Object {
+    dedup_key("place")
+}
+
+/// The schema of an optional deduplication key, whose re-sending returns the original
+/// `returns`: a string of 1 to [`MAX_KEY_BYTES`] bytes of UTF-8, or `null`. The line breaks
+/// of the description are part of the published document.
+pub(crate) fn dedup_key(returns: &str) -> Object {
+    ObjectBuilder::new()
+        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
+        .description(Some(format!(
+            "Optional deduplication key, 1 to {MAX_KEY_BYTES} bytes of UTF-8 (`maxLength` counts \
+             characters, so\na key of fewer characters but more bytes is refused too): a re-sent \
+             key returns the\noriginal {returns}."
+        )))
+        .min_length(Some(1))
+        .max_length(Some(MAX_KEY_BYTES))
+        .build()
+}
+
+/// `202` of `POST /topics/{topic}/records`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProducedRecords {
+    /// Where each event was stored: one entry per input event, in input order. A re-sent
+    /// deduplication key gives its original place back.
+    pub records: Vec<PlacedRecord>,
+}
+
+/// Where one event was stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct PlacedRecord {
+    /// The partition that `partitionKey` routed it to.
+    pub partition: u32,
+    /// Its offset in that partition.
+    pub offset: u64,
+}
+
+/// The body of `PUT /topics/{topic}/partitions/{partition}/cursors/{group}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CursorBody {
+    /// The next offset to read.
+    #[schema(value_type = i64, minimum = 0)]
+    pub offset: Integer,
+}
+
+/// `200` of `PUT /topics/{topic}/partitions/{partition}/cursors/{group}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Cursor {
+    /// The cursor in effect: the next offset the group will read.
+    pub cursor: u64,
+}
+
+/// `200` of `GET /topics/{topic}/partitions/{partition}/cursors`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GroupCursors {
+    /// Every consumer group's cursor on the partition, by group name.
+    pub cursors: BTreeMap<String, u64>,
+}
+
+/// `200` of a topic-wide lease claim: a `Lease` plus its partition.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(from = "PartitionLeaseFields")]
+pub struct PartitionLease {
+    /// The lease.
+    #[serde(flatten)]
+    pub lease: Lease,
+    /// The partition the range belongs to.
+    pub partition: u32,
+}
+
+/// A [`PartitionLease`]'s fields as they are read: serde's `flatten` cannot read a payload
+/// verbatim.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PartitionLeaseFields {
+    partition: u32,
+    batch_id: String,
+    group: String,
+    first_offset: u64,
+    last_offset: u64,
+    attempt: u32,
+    expires_at: i64,
+    records: Vec<RecordJson>,
+}
+
+impl From<PartitionLeaseFields> for PartitionLease {
+    fn from(fields: PartitionLeaseFields) -> Self {
+        Self {
+            partition: fields.partition,
+            lease: Lease {
+                batch_id: fields.batch_id,
+                group: fields.group,
+                first_offset: fields.first_offset,
+                last_offset: fields.last_offset,
+                attempt: fields.attempt,
+                expires_at: fields.expires_at,
+                records: fields.records,
+            },
+        }
+    }
+}
+
+/// `200` of an ack.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AckedCursor {
+    /// The group's cursor after the ack, or `null` if it has none yet.
+    #[schema(required = true)]
+    pub cursor: Option<u64>,
+}
+
+/// The body of `POST .../leases/{batchId}/nack` (optional).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct NackBody {
+    /// Redeliver no sooner than this many ms from now (default 0).
+    #[schema(value_type = Option<i64>, minimum = 0)]
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_ms: Option<Integer>,
+}
+
+/// `200` of an extend.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Extended {
+    /// When the renewed hold ends, in ms since the Unix epoch.
+    pub expires_at: i64,
+}
+
+/// One range in a group's lease list.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaseRow {
+    /// The current delivery's batch id.
+    pub batch_id: String,
+    /// The range's first offset.
+    pub first_offset: u64,
+    /// The range's last offset (inclusive).
+    pub last_offset: u64,
+    /// Where it stands.
+    #[schema(schema_with = lease_state)]
+    pub state: Cow<'static, str>,
+    /// Deliveries so far.
+    pub attempt: u32,
+    /// For an active range, when the hold ends. For a pending range, when it may be
+    /// redelivered. In ms since the Unix epoch.
+    pub expires_at: i64,
+}
+
+impl From<crate::log::LeaseRow> for LeaseRow {
+    fn from(row: crate::log::LeaseRow) -> Self {
+        Self {
+            batch_id: row.batch_id,
+            first_offset: row.first_offset,
+            last_offset: row.last_offset,
+            state: Cow::Borrowed(row.state.as_str()),
+            attempt: row.attempt,
+            expires_at: row.expires_at,
+        }
+    }
+}
+
+/// The schema of `LeaseRow::state`: the names of [`LeaseState::ALL`].
+fn lease_state() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(
+            "Where the range stands. `active`: held by a worker until it settles the range or \
+             the hold expires. `pending`: nacked, waiting to be redelivered after its delay. \
+             `acked`: processed; the cursor moves past it once it is contiguous with the \
+             cursor. `skipped`: given up (dead-lettered, or its records were lost); the cursor \
+             moves past it like an acked range.",
+        ))
+        .enum_values(Some(LeaseState::ALL.map(LeaseState::as_str)))
+        .build()
+}
+
+/// `200` of `GET /topics/{topic}/partitions/{partition}/groups/{group}/leases`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Leases {
+    /// The group's ranges on the partition that the cursor has not moved past.
+    pub leases: Vec<LeaseRow>,
+}
+
+/// `200` of `POST /topics/{topic}/partitions/{partition}/trim`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Trimmed {
+    /// How many records left the hot window (flushed to the cold tier, or deleted).
+    pub removed: u64,
+}
+
+/// The body of `POST /topics/{topic}/partitions/{partition}/cold/forget`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ForgetBody {
+    /// Forget the cold segments that end below this offset.
+    #[schema(value_type = i64, minimum = 0)]
+    pub before: Integer,
+}
+
+/// `200` of `POST /topics/{topic}/partitions/{partition}/cold/forget`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Forgotten {
+    /// How many cold segments were forgotten.
+    pub forgotten: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Integer, whole_number};
+
+    /// A JSON number is an integer when its value is whole, however it is written, and only
+    /// when it fits an `i64`; strings, fractions and `null` are not integers.
+    #[test]
+    fn whole_numbers_in_any_notation() {
+        for (text, value) in [
+            ("12", 12),
+            ("12.0", 12),
+            ("1.2e1", 12),
+            ("1.2E+1", 12),
+            ("120e-1", 12),
+            ("0", 0),
+            ("-0", 0),
+            ("0.000e5", 0),
+            ("0e99999999999999999999", 0),
+            ("-7.00", -7),
+            ("9007199254740993", 9_007_199_254_740_993),
+            ("9223372036854775807", i64::MAX),
+            ("9223372036854775807.0", i64::MAX),
+            ("-9223372036854775808", i64::MIN),
+        ] {
+            assert_eq!(whole_number(text), Some(value), "{text}");
+        }
+        for text in [
+            "1.5",
+            "1.0000000000000001",
+            "1e-1",
+            "9223372036854775808",
+            "-9223372036854775809",
+            "1e19",
+            "1e99999999999999999999",
+            "99999999999999999999999999999999999999999999",
+            "\"12\"",
+            "null",
+            "true",
+            "[1]",
+        ] {
+            assert_eq!(whole_number(text), None, "{text}");
+        }
+        assert_eq!(serde_json::from_str::<Integer>("8.0").unwrap(), Integer(8));
+        assert!(serde_json::from_str::<Integer>("8.5").is_err());
     }
 }

@@ -3,31 +3,19 @@
 use std::collections::BTreeMap;
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use utoipa::ToSchema;
 use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, Type};
 
 use super::error::ErrorBody;
 use super::forward::forwarded;
 use super::params;
-use super::request::{Integer, Query, json_body, offset, partition, partition_key};
+use super::request::{Query, json_body, offset, partition, partition_key};
 use super::{ApiError, HttpState};
 use crate::log;
-use crate::wire::{CommittedCursors, GroupPoll, Page, PartitionPage};
-
-/// `200` of `PUT /topics/{topic}/partitions/{partition}/cursors/{group}`.
-#[derive(Serialize, ToSchema)]
-struct Cursor {
-    /// The cursor in effect: the next offset the group will read.
-    cursor: u64,
-}
-
-/// `200` of `GET /topics/{topic}/partitions/{partition}/cursors`.
-#[derive(Serialize, ToSchema)]
-struct GroupCursors {
-    /// Every consumer group's cursor on the partition, by group name.
-    cursors: BTreeMap<String, u64>,
-}
+use crate::wire::{
+    CommittedCursors, Cursor, CursorBody, GroupCursors, GroupPoll, Integer, Page, PartitionPage,
+};
 
 /// `GET /topics/{topic}/partitions/{partition}/records?from=&limit=&waitMs=`.
 #[utoipa::path(
@@ -183,14 +171,6 @@ pub async fn commit(
         state.log.commit_many(&topic, &group, &offsets).await?
     };
     Ok(HttpResponse::Ok().json(CommittedCursors { cursors }))
-}
-
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-struct CursorBody {
-    /// The next offset to read.
-    #[schema(value_type = i64, minimum = 0)]
-    offset: Integer,
 }
 
 /// `PUT /topics/{topic}/partitions/{partition}/cursors/{group}` with `{"offset": 12}`.

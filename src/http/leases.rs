@@ -2,97 +2,12 @@
 //! list.
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::{Deserialize, Serialize};
-use utoipa::ToSchema;
-use utoipa::openapi::schema::{Object, ObjectBuilder, Type};
 
 use super::error::ErrorBody;
 use super::params;
-use super::request::{Integer, Query, optional_json_body, partition};
+use super::request::{Query, optional_json_body, partition};
 use super::{ApiError, HttpState};
-use crate::log::{self, LeaseState};
-use crate::wire::Lease;
-
-/// `200` of a topic-wide lease claim: a `Lease` plus its partition.
-#[derive(Serialize, ToSchema)]
-struct PartitionLease {
-    /// The lease.
-    #[serde(flatten)]
-    lease: Lease,
-    /// The partition the range belongs to.
-    partition: u32,
-}
-
-/// `200` of an ack.
-#[derive(Serialize, ToSchema)]
-struct AckedCursor {
-    /// The group's cursor after the ack, or `null` if it has none yet.
-    #[schema(required = true)]
-    cursor: Option<u64>,
-}
-
-/// `200` of an extend.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct Extended {
-    /// When the renewed hold ends, in ms since the Unix epoch.
-    expires_at: i64,
-}
-
-/// One range in a group's lease list.
-#[derive(Serialize, ToSchema)]
-#[serde(rename_all = "camelCase")]
-struct LeaseRow {
-    /// The current delivery's batch id.
-    batch_id: String,
-    /// The range's first offset.
-    first_offset: u64,
-    /// The range's last offset (inclusive).
-    last_offset: u64,
-    /// Where it stands.
-    #[schema(schema_with = lease_state)]
-    state: &'static str,
-    /// Deliveries so far.
-    attempt: u32,
-    /// For an active range, when the hold ends. For a pending range, when it may be
-    /// redelivered. In ms since the Unix epoch.
-    expires_at: i64,
-}
-
-impl From<log::LeaseRow> for LeaseRow {
-    fn from(row: log::LeaseRow) -> Self {
-        Self {
-            batch_id: row.batch_id,
-            first_offset: row.first_offset,
-            last_offset: row.last_offset,
-            state: row.state.as_str(),
-            attempt: row.attempt,
-            expires_at: row.expires_at,
-        }
-    }
-}
-
-/// The schema of `LeaseRow::state`: the names of [`LeaseState::ALL`].
-fn lease_state() -> Object {
-    ObjectBuilder::new()
-        .schema_type(Type::String)
-        .description(Some(
-            "Where the range stands. `active`: held by a worker until it settles the range or \
-             the hold expires. `pending`: nacked, waiting to be redelivered after its delay. \
-             `acked`: processed; the cursor moves past it once it is contiguous with the \
-             cursor. `skipped`: given up (dead-lettered, or its records were lost); the cursor \
-             moves past it like an acked range.",
-        ))
-        .enum_values(Some(LeaseState::ALL.map(LeaseState::as_str)))
-        .build()
-}
-
-/// `200` of `GET /topics/{topic}/partitions/{partition}/groups/{group}/leases`.
-#[derive(Serialize, ToSchema)]
-struct Leases {
-    /// The group's ranges on the partition that the cursor has not moved past.
-    leases: Vec<LeaseRow>,
-}
+use crate::wire::{AckedCursor, Extended, Lease, LeaseRow, Leases, NackBody, PartitionLease};
 
 /// `POST /topics/{topic}/partitions/{partition}/groups/{group}/leases?limit=`: `200` with the
 /// range, or `204` when nothing is available now.
@@ -193,14 +108,6 @@ pub async fn ack(
         .ack(&topic, partition(&index)?, &group, &batch_id)
         .await?;
     Ok(HttpResponse::Ok().json(AckedCursor { cursor }))
-}
-
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct NackBody {
-    /// Redeliver no sooner than this many ms from now (default 0).
-    #[schema(value_type = Option<i64>, minimum = 0)]
-    delay_ms: Option<Integer>,
 }
 
 /// `POST .../leases/{batchId}/nack` with an optional `{"delayMs": 1000}`: `204`.

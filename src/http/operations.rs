@@ -1,16 +1,18 @@
 //! Operations: bounds, load, trim, cold forget, topics, health.
 
 use actix_web::{HttpRequest, HttpResponse, web};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::auth::Caller;
 use super::error::ErrorBody;
 use super::forward::forwarded;
 use super::params;
-use super::request::{Integer, Query, json_body, offset, partition};
+use super::request::{Query, json_body, offset, partition};
 use super::{ApiError, HttpState};
-use crate::wire::{Bounds, PartitionDetail, TopicDetail, TopicSummary, Topics};
+use crate::wire::{
+    Bounds, ForgetBody, Forgotten, PartitionDetail, TopicDetail, TopicSummary, Topics, Trimmed,
+};
 
 /// `200` of `GET /healthz`.
 #[derive(Serialize, ToSchema)]
@@ -18,20 +20,6 @@ struct Health {
     /// Always `ok`.
     #[schema(example = "ok")]
     status: &'static str,
-}
-
-/// `200` of `POST /topics/{topic}/partitions/{partition}/trim`.
-#[derive(Serialize, ToSchema)]
-struct Trimmed {
-    /// How many records left the hot window (flushed to the cold tier, or deleted).
-    removed: u64,
-}
-
-/// `200` of `POST /topics/{topic}/partitions/{partition}/cold/forget`.
-#[derive(Serialize, ToSchema)]
-struct Forgotten {
-    /// How many cold segments were forgotten.
-    forgotten: u64,
 }
 
 /// `GET /cluster`: the members of this node's cluster, the volumes each owns, and what is
@@ -143,14 +131,6 @@ pub async fn trim(
     let (topic, index) = path.into_inner();
     let removed = state.log.trim(&topic, partition(&index)?).await?;
     Ok(HttpResponse::Ok().json(Trimmed { removed }))
-}
-
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-struct ForgetBody {
-    /// Forget the cold segments that end below this offset.
-    #[schema(value_type = i64, minimum = 0)]
-    before: Integer,
 }
 
 /// `POST /topics/{topic}/partitions/{partition}/cold/forget` with `{"before": n}`:

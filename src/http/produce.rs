@@ -1,34 +1,17 @@
 //! Produce: keyed events routed to partitions, and direct appends to one partition.
 
 use actix_web::{HttpResponse, web};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
-use utoipa::openapi::schema::{Object as Schema, ObjectBuilder, SchemaType, Type};
+use utoipa::openapi::schema::Object as Schema;
 
 use super::error::ErrorBody;
 use super::params;
 use super::request::{Object, json_body, partition};
 use super::{ApiError, HttpState};
-use crate::log::MAX_KEY_BYTES;
 use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
-use crate::wire::AppendedOffsets;
-
-/// One event of `POST /topics/{topic}/records`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct EventBody {
-    /// Chooses the partition: the key's 32-bit FNV-1a hash over its UTF-16 code units, modulo
-    /// the topic's partition count, so one key always goes to one partition.
-    partition_key: String,
-    /// Any JSON value; it reads back unchanged.
-    #[schema(value_type = serde_json::Value)]
-    payload: Box<RawValue>,
-    /// Optional deduplication key, 1 to [`MAX_KEY_BYTES`] bytes of UTF-8: a re-sent key
-    /// returns the original place.
-    #[schema(schema_with = event_key)]
-    key: Option<String>,
-}
+use crate::wire::{AppendedOffsets, EventBody, PlacedRecord, ProducedRecords, dedup_key};
 
 /// One record of `POST /topics/{topic}/partitions/{partition}/records`.
 #[derive(Deserialize, ToSchema)]
@@ -43,47 +26,9 @@ struct RecordBody {
     key: Option<String>,
 }
 
-/// The schema of `EventBody::key`.
-fn event_key() -> Schema {
-    dedup_key("place")
-}
-
 /// The schema of `RecordBody::key`.
 fn record_key() -> Schema {
     dedup_key("offset")
-}
-
-/// The schema of an optional deduplication key, whose re-sending returns the original
-/// `returns`: a string of 1 to [`MAX_KEY_BYTES`] bytes of UTF-8, or `null`. The line breaks
-/// of the description are part of the published document.
-fn dedup_key(returns: &str) -> Schema {
-    ObjectBuilder::new()
-        .schema_type(SchemaType::from_iter([Type::String, Type::Null]))
-        .description(Some(format!(
-            "Optional deduplication key, 1 to {MAX_KEY_BYTES} bytes of UTF-8 (`maxLength` counts \
-             characters, so\na key of fewer characters but more bytes is refused too): a re-sent \
-             key returns the\noriginal {returns}."
-        )))
-        .min_length(Some(1))
-        .max_length(Some(MAX_KEY_BYTES))
-        .build()
-}
-
-/// `202` of `POST /topics/{topic}/records`.
-#[derive(Serialize, ToSchema)]
-struct ProducedRecords {
-    /// Where each event was stored: one entry per input event, in input order. A re-sent
-    /// deduplication key gives its original place back.
-    records: Vec<PlacedRecord>,
-}
-
-/// Where one event was stored.
-#[derive(Serialize, ToSchema)]
-struct PlacedRecord {
-    /// The partition that `partitionKey` routed it to.
-    partition: u32,
-    /// Its offset in that partition.
-    offset: u64,
 }
 
 /// `POST /topics/{topic}/records`: `202 {"records": [{"partition", "offset"}, ...]}`.

@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use actix_web::web;
 use futures_util::StreamExt;
-use serde::de::{DeserializeOwned, Error as _, Visitor};
+use serde::de::{DeserializeOwned, Visitor};
 use serde::{Deserialize, Deserializer};
-use serde_json::value::RawValue;
 
 use super::ApiError;
 use crate::error::{Error, ErrorCode};
@@ -181,71 +180,6 @@ impl Query {
     }
 }
 
-/// An integer in a JSON body: any JSON number whose value is a whole number that fits an `i64`,
-/// however it is written (`12`, `12.0`, `1.2e1`), as JSON Schema's `integer` (and so the API
-/// document) counts it. The number's text is read exactly, never through a float, so
-/// `1.0000000000000001` stays a fraction and `9007199254740993` stays itself.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Integer(pub i64);
-
-impl<'de> Deserialize<'de> for Integer {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let raw = Box::<RawValue>::deserialize(deserializer)?;
-        whole_number(raw.get()).map(Integer).ok_or_else(|| {
-            D::Error::custom(format!(
-                "expected an integer that fits a signed 64-bit value, found {}",
-                raw.get()
-            ))
-        })
-    }
-}
-
-/// The value of a JSON text when it is a number whose value is a whole number that fits an
-/// `i64`; `None` for anything else (a fraction, out of range, not a number).
-fn whole_number(text: &str) -> Option<i64> {
-    let (negative, unsigned) = match text.strip_prefix('-') {
-        Some(unsigned) => (true, unsigned),
-        None => (false, text),
-    };
-    let (mantissa, exponent) = match unsigned.split_once(['e', 'E']) {
-        // An exponent too large for an `i64` still says which side of the point it moves to.
-        Some((mantissa, exponent)) => (
-            mantissa,
-            exponent
-                .parse::<i64>()
-                .unwrap_or(if exponent.starts_with('-') {
-                    i64::MIN
-                } else {
-                    i64::MAX
-                }),
-        ),
-        None => (unsigned, 0),
-    };
-    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
-    let digits = || whole.bytes().chain(fraction.bytes());
-    if whole.is_empty() || !digits().all(|digit| digit.is_ascii_digit()) {
-        return None;
-    }
-    // The value is `digits` with the decimal point after the first `point` of them.
-    let point = (whole.len() as i64).saturating_add(exponent);
-    let mut value: i128 = 0;
-    for (index, digit) in digits().enumerate() {
-        if (index as i64) < point {
-            value = value
-                .checked_mul(10)?
-                .checked_add(i128::from(digit - b'0'))?;
-        } else if digit != b'0' {
-            return None;
-        }
-    }
-    if value != 0 {
-        for _ in (whole.len() + fraction.len()) as i64..point {
-            value = value.checked_mul(10)?;
-        }
-    }
-    i64::try_from(if negative { -value } else { value }).ok()
-}
-
 /// An offset from a JSON body or a query (`400 invalid_offset` when negative).
 pub fn offset(value: i64) -> Result<u64, ApiError> {
     Ok(unsigned_offset(value).map_err(Error::from)?)
@@ -255,7 +189,7 @@ pub fn offset(value: i64) -> Result<u64, ApiError> {
 mod tests {
     use std::time::Duration;
 
-    use super::{Integer, Query, whole_number};
+    use super::Query;
 
     /// `waitMs` is cut to the server's longest wait; without it there is no wait, and a negative
     /// one is refused.
@@ -267,47 +201,5 @@ mod tests {
         assert_eq!(wait("waitMs=50").unwrap(), Duration::from_millis(50));
         assert_eq!(wait("").unwrap(), Duration::ZERO);
         assert_eq!(wait("waitMs=-1").unwrap_err().code(), "invalid_request");
-    }
-
-    /// A JSON number is an integer when its value is whole, however it is written, and only
-    /// when it fits an `i64`; strings, fractions and `null` are not integers.
-    #[test]
-    fn whole_numbers_in_any_notation() {
-        for (text, value) in [
-            ("12", 12),
-            ("12.0", 12),
-            ("1.2e1", 12),
-            ("1.2E+1", 12),
-            ("120e-1", 12),
-            ("0", 0),
-            ("-0", 0),
-            ("0.000e5", 0),
-            ("0e99999999999999999999", 0),
-            ("-7.00", -7),
-            ("9007199254740993", 9_007_199_254_740_993),
-            ("9223372036854775807", i64::MAX),
-            ("9223372036854775807.0", i64::MAX),
-            ("-9223372036854775808", i64::MIN),
-        ] {
-            assert_eq!(whole_number(text), Some(value), "{text}");
-        }
-        for text in [
-            "1.5",
-            "1.0000000000000001",
-            "1e-1",
-            "9223372036854775808",
-            "-9223372036854775809",
-            "1e19",
-            "1e99999999999999999999",
-            "99999999999999999999999999999999999999999999",
-            "\"12\"",
-            "null",
-            "true",
-            "[1]",
-        ] {
-            assert_eq!(whole_number(text), None, "{text}");
-        }
-        assert_eq!(serde_json::from_str::<Integer>("8.0").unwrap(), Integer(8));
-        assert!(serde_json::from_str::<Integer>("8.5").is_err());
     }
 }
