@@ -75,7 +75,7 @@
 //!   `log/spread.rs`), so an embedded `Log` answers as the server does, and [`http`] only
 //!   proxies a partition's own requests to its owner (`forward.rs`).
 //! - [`wire`]: the JSON shapes nodes and clients exchange, written by [`http`] and read by
-//!   [`cluster::peer`].
+//!   [`cluster::peer`] and the typed client (`client`, feature `client`).
 //! - [`cold`]: the [`ColdStore`](cold::ColdStore) trait for write-once segment objects, with a
 //!   local-folder and an S3 implementation (and in-memory and failing ones for tests).
 //! - [`routing`]: the partitioning function (the original's FNV-1a), which picks an event's
@@ -125,6 +125,10 @@
 
 pub mod auth;
 pub(crate) mod background;
+// A typed client of the REST API (feature `client`); its own doc says more (a `///` here would
+// be prepended to it).
+#[cfg(feature = "client")]
+pub mod client;
 pub mod clock;
 pub mod cluster;
 pub mod cold;
