@@ -3,6 +3,7 @@
 mod actors;
 mod bucket_check;
 mod chaos;
+mod cli;
 mod client;
 mod cluster;
 mod cold;

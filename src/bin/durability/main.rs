@@ -1,8 +1,14 @@
 //! The `durability` binary: the server (loads the configuration, then serves the REST API until
-//! Ctrl-C or SIGTERM: `serve.rs`), and the commands that maintain its files and credentials
-//! (`admin.rs`).
+//! Ctrl-C or SIGTERM: `serve.rs`), the commands that maintain its files and credentials
+//! (`admin.rs`), and the client commands, which talk to a server through
+//! [`durability::client`] (`produce.rs`, `consume.rs`, `inspect.rs`; their shared flags and
+//! exit codes in `remote.rs`).
 
 mod admin;
+mod consume;
+mod inspect;
+mod produce;
+mod remote;
 mod serve;
 
 use std::io::Write;
@@ -71,6 +77,20 @@ struct Args {
 /// What to do instead of serving.
 #[derive(clap::Subcommand)]
 enum Command {
+    /// Serves (what `durability` alone does).
+    Serve,
+    /// Sends JSON lines (standard input, or files) to a topic, in batches; prints where each
+    /// went (partition:offset). Exit codes: 0 done, 1 the server refused, 2 a bad line or
+    /// argument, 3 no server reached.
+    Produce(produce::Produce),
+    /// Prints a topic's records and follows new ones (`-e`: until the end). Exit codes as
+    /// `produce`.
+    #[command(visible_alias = "tail")]
+    Consume(consume::Consume),
+    /// Lists the topics, or describes one: its partitions' offsets and its groups' cursors.
+    Topics(inspect::Topics),
+    /// Shows a cluster's members and the volumes each owns.
+    Cluster(inspect::ClusterView),
     /// Clears a volume's damage mark, so that it takes writes again at the next start, once its
     /// files are repaired or restored, or their loss is accepted. Records the time, who
     /// accepted and what in volume-N.sqlite-accepted. Run it with the server stopped.
@@ -109,9 +129,17 @@ enum TokenAction {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    // The client commands need no configuration of a server.
+    let command = match args.command {
+        Some(Command::Produce(produce)) => return remote::run(produce.run()),
+        Some(Command::Consume(consume)) => return remote::run(consume.run()),
+        Some(Command::Topics(topics)) => return remote::run(topics.run()),
+        Some(Command::Cluster(cluster)) => return remote::run(cluster.run()),
+        other => other,
+    };
     if let Some(Command::Token {
         action: TokenAction::New { name, grants },
-    }) = &args.command
+    }) = &command
     {
         return new_token(name, grants);
     }
@@ -146,7 +174,7 @@ fn main() -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    if let Some(Command::AcceptDamage { volume, by }) = args.command {
+    if let Some(Command::AcceptDamage { volume, by }) = command {
         return accept_damage(&config, volume, &by);
     }
     log::info!("configuration: {:?}", config.redacted());
