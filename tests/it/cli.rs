@@ -220,3 +220,29 @@ fn a_server_killed_mid_produce_loses_and_duplicates_nothing() {
         .unwrap();
     assert_eq!(numbers(&read), (0..count as u64).collect::<Vec<_>>());
 }
+
+/// `completions bash` is a script bash reads without error and that completes every client
+/// command; `man` is a manual page naming them.
+#[test]
+fn completions_and_the_manual_come_from_the_command_line() {
+    let binary = env!("CARGO_BIN_EXE_durability");
+    let completions = Command::new(binary)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(completions.status.success());
+    let script = String::from_utf8(completions.stdout).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("durability.bash");
+    std::fs::write(&file, &script).unwrap();
+    let checked = Command::new("bash").arg("-n").arg(&file).output().unwrap();
+    assert!(checked.status.success(), "{checked:?}");
+    let manual = Command::new(binary).arg("man").output().unwrap();
+    assert!(manual.status.success());
+    let manual = String::from_utf8(manual.stdout).unwrap();
+    assert!(manual.contains(".TH durability"), "{manual}");
+    for command in ["produce", "consume", "topics", "cluster"] {
+        assert!(script.contains(command), "bash completes {command}");
+        assert!(manual.contains(command), "the manual names {command}");
+    }
+}

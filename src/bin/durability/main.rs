@@ -15,7 +15,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use durability::Config;
 use durability::cluster::EXIT_LEASE_LOST;
 
@@ -91,6 +91,15 @@ enum Command {
     Topics(inspect::Topics),
     /// Shows a cluster's members and the volumes each owns.
     Cluster(inspect::ClusterView),
+    /// Prints the shell's completion script, e.g. `durability completions bash >
+    /// /etc/bash_completion.d/durability`.
+    Completions {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Prints the manual page (roff), e.g. `durability man | man -l -`.
+    Man,
     /// Clears a volume's damage mark, so that it takes writes again at the next start, once its
     /// files are repaired or restored, or their loss is accepted. Records the time, who
     /// accepted and what in volume-N.sqlite-accepted. Run it with the server stopped.
@@ -135,6 +144,19 @@ fn main() -> ExitCode {
         Some(Command::Consume(consume)) => return remote::run(consume.run()),
         Some(Command::Topics(topics)) => return remote::run(topics.run()),
         Some(Command::Cluster(cluster)) => return remote::run(cluster.run()),
+        Some(Command::Completions { shell }) => {
+            let mut command = Args::command();
+            clap_complete::generate(shell, &mut command, "durability", &mut std::io::stdout());
+            return ExitCode::SUCCESS;
+        }
+        Some(Command::Man) => {
+            let page = clap_mangen::Man::new(Args::command()).render(&mut std::io::stdout());
+            return if page.is_ok() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            };
+        }
         other => other,
     };
     if let Some(Command::Token {
@@ -200,8 +222,6 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
-
     use super::*;
 
     /// The command line is well formed (clap's own consistency checks).
