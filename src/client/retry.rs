@@ -16,7 +16,9 @@ use std::time::Duration;
 #[must_use]
 pub struct RetryPolicy {
     /// Attempts in all, the first included: 1 never retries.
-    /// Default: 5.
+    /// Default: 20, so that the deadline, not the count, ends the retries of a write waiting
+    /// out a failover (a node's lease, 5 s by default, then its volumes' take, each refusal
+    /// answered `503` with `Retry-After: 1`).
     pub attempts: u32,
     /// No attempt starts later than this after the call began: a retry whose wait would end
     /// past it is not made.
@@ -33,7 +35,7 @@ pub struct RetryPolicy {
 impl Default for RetryPolicy {
     fn default() -> Self {
         Self {
-            attempts: 5,
+            attempts: 20,
             deadline: Duration::from_secs(30),
             first_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),

@@ -246,3 +246,75 @@ fn completions_and_the_manual_come_from_the_command_line() {
         assert!(manual.contains(command), "the manual names {command}");
     }
 }
+
+/// `produce` given a three-node cluster's URLs keeps going when the node it talks to is
+/// killed (SIGKILL) midway: it moves to the next node, waits out the volume's move through its
+/// retries, and every one of 20,000 lines is in the partition exactly once, in order.
+#[test]
+fn produce_through_a_clusters_nodes_survives_a_node_killed_under_it() {
+    use crate::common::cluster::{
+        Node, one_cluster_at_a_time, start_etcd, three_nodes, wait_for_owners,
+    };
+    use crate::common::{block_on, fresh_s3_bucket};
+
+    let _alone = one_cluster_at_a_time();
+    let etcd = start_etcd(1);
+    let s3 = block_on(fresh_s3_bucket());
+    let mut nodes = three_nodes(|name| Node::start(name, &etcd, &s3));
+    wait_for_owners(nodes[0].addr(), 3);
+    let urls: Vec<String> = nodes
+        .iter()
+        .map(|node| format!("http://{}", node.addr()))
+        .collect();
+    let count = 20_000;
+    let input = lines(count);
+    let mut producer = Command::new(env!("CARGO_BIN_EXE_durability"))
+        .args([
+            "produce",
+            "-t",
+            "spread",
+            "-p",
+            "0",
+            "--quiet",
+            "--url",
+            &urls.join(","),
+        ])
+        .env_remove("DURABILITY_URL")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = producer.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(input.as_bytes());
+    });
+    // The first node, which the command talks to, dies once some lines are in.
+    let survivor = nodes[1].addr();
+    let started = Instant::now();
+    loop {
+        let bounds = crate::common::process::request(
+            survivor,
+            "GET",
+            "/topics/spread/partitions/0/bounds",
+            None,
+        );
+        if matches!(&bounds, Ok((200, b)) if b["nextOffset"].as_u64() > Some(2_000)) {
+            break;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{bounds:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    nodes[0].kill();
+    let output = producer.wait_with_output().unwrap();
+    writer.join().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let read = durability(survivor, &["consume", "-t", "spread", "-p", "0", "-e"])
+        .output()
+        .unwrap();
+    assert_eq!(numbers(&read), (0..count as u64).collect::<Vec<_>>());
+}
