@@ -5,7 +5,7 @@
 //! client CA, every client must present a certificate it signed.
 //!
 //! The clients the node makes of other servers (the other nodes, etcd) trust only the CA they
-//! are given, and show a client certificate when they have one: [`trusting`].
+//! are given, and show a client certificate when they have one: `trusting`.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock, Weak};

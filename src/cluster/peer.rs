@@ -178,7 +178,7 @@ impl NodeClient {
     /// none), whose calls wait at most `max_wait` (the longest long-poll) plus a margin.
     ///
     /// # Errors
-    /// Why `[cluster.tls]`'s files do not make a client (see [`crate::tls::trusting`]).
+    /// Why `[cluster.tls]`'s files do not make a client (see `tls::trusting`).
     pub fn new(
         settings: &ClusterSettings,
         secret: &str,
