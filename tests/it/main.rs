@@ -4,6 +4,7 @@ mod actors;
 mod bucket_check;
 mod chaos;
 mod cli;
+mod cli_admin;
 mod client;
 mod cluster;
 mod cold;

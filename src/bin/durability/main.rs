@@ -1,12 +1,14 @@
 //! The `durability` binary: the server (loads the configuration, then serves the REST API until
 //! Ctrl-C or SIGTERM: `serve.rs`), the commands that maintain its files and credentials
 //! (`admin.rs`), and the client commands, which talk to a server through
-//! [`durability::client`] (`produce.rs`, `consume.rs`, `inspect.rs`; their shared flags and
-//! exit codes in `remote.rs`).
+//! [`durability::client`] (`produce.rs`, `consume.rs`, `inspect.rs`, `groups.rs`,
+//! `lease.rs`; their shared flags and exit codes in `remote.rs`).
 
 mod admin;
 mod consume;
+mod groups;
 mod inspect;
+mod lease;
 mod produce;
 mod remote;
 mod serve;
@@ -91,6 +93,12 @@ enum Command {
     Topics(inspect::Topics),
     /// Shows a cluster's members and the volumes each owns.
     Cluster(inspect::ClusterView),
+    /// Shows a topic's consumer groups, each one's cursor and lag per partition; `--reset-to`
+    /// moves one group's cursors (after asking, or with `--yes`). Exit codes as `produce`.
+    Groups(groups::Groups),
+    /// Claims a range of a group's records, or acks, nacks or extends one (one JSON line per
+    /// answer, for scripts). Exit codes as `produce`.
+    Lease(lease::Lease),
     /// Prints the shell's completion script, e.g. `durability completions bash >
     /// /etc/bash_completion.d/durability`.
     Completions {
@@ -144,6 +152,8 @@ fn main() -> ExitCode {
         Some(Command::Consume(consume)) => return remote::run(consume.run()),
         Some(Command::Topics(topics)) => return remote::run(topics.run()),
         Some(Command::Cluster(cluster)) => return remote::run(cluster.run()),
+        Some(Command::Groups(groups)) => return remote::run(groups.run()),
+        Some(Command::Lease(lease)) => return remote::run(lease.run()),
         Some(Command::Completions { shell }) => {
             let mut command = Args::command();
             clap_complete::generate(shell, &mut command, "durability", &mut std::io::stdout());
