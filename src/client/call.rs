@@ -171,7 +171,10 @@ impl Client {
         let shared = &self.shared;
         let url = call.url(&shared.urls[node]);
         let unreachable = |err: reqwest::Error| {
-            let failure = if err.is_connect() {
+            let failure = if refused_by_tls(&err) {
+                // A certificate not trusted, or ours refused: no retry changes that.
+                Failure::Final
+            } else if err.is_connect() {
                 Failure::NotConnected
             } else {
                 Failure::NoAnswer
@@ -217,4 +220,23 @@ impl Client {
         };
         Err((error, failure))
     }
+}
+
+/// Whether `error` is TLS refusing the connection (rustls' error among its causes): a server
+/// certificate that is not trusted, or a client certificate the server refused.
+fn refused_by_tls(error: &reqwest::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if error.is::<rustls::Error>() {
+            return true;
+        }
+        // An `io::Error`'s `source` skips the error it wraps (itself often an `io::Error`).
+        cause = match error.downcast_ref::<std::io::Error>() {
+            Some(io) => io
+                .get_ref()
+                .map(|inner| inner as &(dyn std::error::Error + 'static)),
+            None => error.source(),
+        };
+    }
+    false
 }

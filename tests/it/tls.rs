@@ -279,3 +279,58 @@ print("ok")
         String::from_utf8_lossy(&ran.stderr)
     );
 }
+
+/// The project's own client, the binary's `produce` and `consume`, speaks TLS with
+/// `--ca-file`: it appends and reads back; trusting another CA, it reaches no server (exit 3).
+#[test]
+fn the_command_line_client_trusts_the_ca_it_is_given() {
+    let pki = Pki::new();
+    pki.serve("server");
+    let server = TlsServer::start(&pki, None);
+    let url = format!("https://localhost:{}", server.port);
+    let client = |ca: &str, args: &[&str]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_durability"));
+        command
+            .args(args)
+            .args(["--url", &url, "--ca-file"])
+            .arg(pki.path(ca))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        command
+    };
+    let mut produce = client("ca.pem", &["produce", "-t", "secure", "-p", "0"])
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    produce
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"{\"n\":1}\n{\"n\":2}\n")
+        .unwrap();
+    let produced = produce.wait_with_output().unwrap();
+    assert!(
+        produced.status.success(),
+        "{}",
+        String::from_utf8_lossy(&produced.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&produced.stdout), "0:0\n0:1\n");
+    let consumed = client(
+        "ca.pem",
+        &["consume", "-t", "secure", "-p", "0", "-e", "-f", "%s\\n"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&consumed.stdout),
+        "{\"n\":1}\n{\"n\":2}\n"
+    );
+    let distrusted = client("other-ca.pem", &["topics"]).output().unwrap();
+    assert_eq!(
+        distrusted.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&distrusted.stderr)
+    );
+}
