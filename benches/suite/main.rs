@@ -18,11 +18,14 @@
 //! server, one etcd member and one cluster of three nodes of 256 volumes, then 20 rounds of
 //! 10 s of load, a `kill -9` and a restart; `--quick` runs 5 rounds) or `security` (needs
 //! `--server`, wrk and openssl; what TLS and 10,000 scoped tokens cost, against plaintext and
-//! no tokens in the same run). Writes
+//! no tokens in the same run) or `client` (needs `--server` and wrk; `durability produce` and
+//! `durability consume` of 10⁶ records, 10⁵ with `--quick`, and the typed client's CPU per
+//! append, each against the bench's own requests to the same server). Writes
 //! `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only` replaces only what that section
 //! writes in them (`throughput`: the goals it measures, the throughput and latency tables;
 //! `cold` writes nothing there).
 
+mod client;
 mod cluster;
 mod cpu;
 mod embedded;
@@ -294,6 +297,22 @@ fn main() {
         .filter(|_| args.runs("security") && external::installed("openssl"))
     {
         report.security = Some(security::run(binary, &dir("security"), &payload, budget));
+    }
+
+    if let Some(binary) = server.as_ref().filter(|_| args.runs("client")) {
+        let (records, appends) = if args.quick {
+            (100_000, 1_000)
+        } else {
+            (1_000_000, 2_000)
+        };
+        report.client = Some(client::run(
+            binary,
+            &dir("client"),
+            &payload,
+            records,
+            appends,
+            budget,
+        ));
     }
 
     report.write(&args.out, args.quick, args.only.as_deref());

@@ -94,6 +94,8 @@ pub struct Report {
     pub cpu: Option<crate::cpu::CpuPerRequest>,
     /// What TLS and scoped tokens cost, against plaintext and no tokens.
     pub security: Option<crate::security::Security>,
+    /// What the client commands and the typed client cost, against the bench's own requests.
+    pub client: Option<crate::client::ClientSide>,
 }
 
 fn ratio(value: f64, base: Option<f64>) -> Option<f64> {
@@ -116,6 +118,7 @@ impl Report {
             failovers: None,
             cpu: None,
             security: None,
+            client: None,
         }
     }
 
@@ -457,6 +460,7 @@ impl Report {
         self.cluster_markdown(&mut md);
         self.failovers_markdown(&mut md);
         self.security_markdown(&mut md);
+        self.client_markdown(&mut md);
         md
     }
 
@@ -805,6 +809,129 @@ impl Report {
         );
     }
 
+    /// The client section: the client commands' rates and the typed client's CPU, each against
+    /// the bench's own requests to the same server.
+    fn client_markdown(&self, md: &mut String) {
+        let Some(c) = &self.client else {
+            return;
+        };
+        let _ = writeln!(md, "\n{CLIENT}\n");
+        let _ = writeln!(
+            md,
+            "What the client side costs, each figure next to a baseline measured against the \
+             same server in the same run (`sync = full`, 100 B records): the binary's \
+             `durability produce` and `durability consume` against the bench's own requests, \
+             and the typed client's CPU against bare reqwest. The bench's requests go one at a \
+             time on one keep-alive connection, as the commands send theirs, built before the \
+             timing starts and written to a `TcpStream` (the leanest client, as wrk is). A \
+             figure and its baseline alternate (AB, BA, AB), and of three runs each the median \
+             is kept. The commands and the bench share the machine's cores with the server.\n"
+        );
+        let _ = writeln!(
+            md,
+            "| figure | measured | baseline | ratio | goal | met |\n|---|---|---|---|---|---|"
+        );
+        for row in client_rows(c) {
+            let (goal, met) = row.goal.as_ref().map_or(("–", "–"), |(goal, met)| {
+                (goal.as_str(), if *met { "yes" } else { "**no**" })
+            });
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} ({}) | {} | {goal} | {met} |",
+                row.figure,
+                amount(row.value, row.unit),
+                amount(row.baseline, row.unit),
+                row.baseline_is,
+                times(row.ratio()),
+            );
+        }
+        let (produce, posts) = (c.produce.median(), c.posts.median());
+        let (keyed, ordered) = (c.keyed_posts.median(), c.ordered_posts.median());
+        let (consume, pages) = (c.consume.median(), c.pages.median());
+        let range = |runs: &crate::client::Runs| {
+            let (slowest, fastest) = runs.range();
+            format!("{} to {}", thousands(slowest), thousands(fastest))
+        };
+        let _ = writeln!(
+            md,
+            "\nProduce, per record: the server spent {:.2} µs of CPU and wrote {:.0} bytes to \
+             its files for the command's records, {:.2} µs and {:.0} bytes for the bench's with \
+             a random UUID key each, {:.2} µs and {:.0} bytes with time-ordered keys, {:.2} µs \
+             and {:.0} bytes without keys. A key is one more entry of the volume's key index \
+             (partition, key), looked up at the commit and written by the indexer: random keys \
+             land all over the index's B-tree, so that in a large index each one dirties a page \
+             of its own, which the write-ahead log then writes whole, while time-ordered keys \
+             fill the pages at its end. The command itself \
+             spent {:.2} µs of CPU per record (reading and checking the line, making its key, \
+             serializing, the request), the bench's loop {:.2} µs. With one batch in flight \
+             the client's time adds to the server's in every batch. The server's CPU and bytes \
+             are counted until it was idle again after the run, its indexer's work included. \
+             Records/s of the three runs: produce {}; the bench's POSTs {}, with random keys \
+             {}, with time-ordered keys {}.",
+            produce.server_us,
+            produce.server_bytes,
+            keyed.server_us,
+            keyed.server_bytes,
+            ordered.server_us,
+            ordered.server_bytes,
+            posts.server_us,
+            posts.server_bytes,
+            produce.client_us,
+            posts.client_us,
+            range(&c.produce),
+            range(&c.posts),
+            range(&c.keyed_posts),
+            range(&c.ordered_posts),
+        );
+        let _ = writeln!(
+            md,
+            "\nConsume, per record: the server spent {:.2} µs of CPU on the command's pages and \
+             {:.2} µs on the bench's; the command itself {:.2} µs (the page's JSON parsed, each \
+             record formatted and written out), the bench's loop {:.2} µs (the answer read, not \
+             parsed). With one page in flight the command's time adds to the server's in every \
+             page. Records/s of the three runs: consume {}; the bench's GETs {}. The machine's \
+             load average (1 min, this section's own processes included) was {:.1} as the \
+             section began and {:.1} as it ended, on {} cores.",
+            consume.server_us,
+            pages.server_us,
+            consume.client_us,
+            pages.client_us,
+            range(&c.consume),
+            range(&c.pages),
+            c.load.0,
+            c.load.1,
+            std::thread::available_parallelism().map_or(1, usize::from),
+        );
+        let typed = crate::client::ClientSide::median_cpu(&c.typed);
+        let bare = crate::client::ClientSide::median_cpu(&c.bare);
+        let spread = |runs: &[crate::client::Appends]| {
+            let cpu = runs.iter().map(crate::client::Appends::cpu_us);
+            cpu.clone().fold(f64::MIN, f64::max) - cpu.fold(f64::MAX, f64::min)
+        };
+        let _ = writeln!(
+            md,
+            "\nSingle-record appends, {} sequential requests a run on a current-thread tokio \
+             runtime, the same server: `Client::append` builds the URL, gives the record a \
+             UUID key, serializes the body, sends it with its timeout and retry policy and \
+             parses the offsets; the bare POST sends a body of the same size made before the \
+             timing (a key each too) and reads the answer's bytes. CPU per request: {:.1} µs \
+             user and {:.1} µs system typed, {:.1} µs and {:.1} µs bare (the runs spread over \
+             {:.1} µs and {:.1} µs); the runtime's thread alone {:.1} µs and {:.1} µs. \
+             Requests/s: {} typed, {} bare.",
+            c.appends,
+            typed.user_us,
+            typed.system_us,
+            bare.user_us,
+            bare.system_us,
+            spread(&c.typed),
+            spread(&c.bare),
+            typed.thread_us,
+            bare.thread_us,
+            thousands(typed.requests_per_second),
+            thousands(bare.requests_per_second),
+        );
+    }
+
     /// The CPU-per-request section: the server's CPU time per HTTP request, user and system,
     /// next to the framework's floor for the same request.
     fn cpu_markdown(&self, md: &mut String) {
@@ -1139,6 +1266,7 @@ impl Report {
                 })
             }),
             "security": self.security.as_ref().map(security_json),
+            "client": self.client.as_ref().map(client_json),
             "replication": self.replication.as_ref().map(|r| json!({
                 "put_ms": [r.put_ms.0, r.put_ms.1],
                 "linger_ms": r.linger_ms,
@@ -1220,6 +1348,7 @@ fn own_headings(section: &str) -> &'static [&'static str] {
         "failovers" => &[REPEATED_FAILOVERS],
         "cpu" => &["## CPU per request"],
         "security" => &[SECURITY],
+        "client" => &[CLIENT],
         _ => &[],
     }
 }
@@ -1232,6 +1361,8 @@ const THROUGHPUT: &str = "## Throughput";
 const REPEATED_FAILOVERS: &str = "## Repeated failovers";
 /// The security section's heading.
 const SECURITY: &str = "## Security";
+/// The client section's heading.
+const CLIENT: &str = "## Client";
 
 /// The tables whose rows come from several sections, with how many leading cells name a row:
 /// a run of one section keeps the rows of the others.
@@ -1385,8 +1516,8 @@ fn replication_goals(r: &crate::replication::Replication, md: &mut String) {
     );
 }
 
-/// One line of the security table: a figure, its baseline measured in the same run, and its
-/// goal.
+/// One line of the security or the client table: a figure, its baseline measured in the same
+/// run, and its goal.
 struct Compared {
     figure: String,
     value: f64,
@@ -1511,6 +1642,158 @@ fn security_json(s: &crate::security::Security) -> serde_json::Value {
         "tokens": {"none": load(&s.tokens.0), "configured": load(&s.tokens.1)},
         "check_ns": {"one": s.check_ns.0, "configured": s.check_ns.1},
         "rows": security_rows(s).iter().map(|row| json!({
+            "what": row.figure,
+            "value": row.value,
+            "unit": row.unit,
+            "baseline": row.baseline,
+            "baseline_is": row.baseline_is,
+            "ratio": row.ratio(),
+            "goal": row.goal.as_ref().map(|(goal, _)| goal),
+            "met": row.goal.as_ref().map(|(_, met)| met),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The client figures against their baselines, with the goals of the issue that asked for
+/// them.
+fn client_rows(c: &crate::client::ClientSide) -> Vec<Compared> {
+    use crate::client::{BATCH, CONNECTIONS, ClientSide};
+    let records = thousands(c.records as f64);
+    let (posts, pages) = (c.posts.median(), c.pages.median());
+    let produce = c.produce.median().records_per_second;
+    let consume = c.consume.median().records_per_second;
+    let (typed, bare) = (
+        ClientSide::median_cpu(&c.typed).cpu_us(),
+        ClientSide::median_cpu(&c.bare).cpu_us(),
+    );
+    let one_at_a_time = "the bench's POSTs, one at a time, no keys";
+    vec![
+        Compared {
+            figure: format!(
+                "`durability produce` of a file of {records} 100 B JSON lines to one partition: \
+                 batches of {BATCH}, one in flight, a deduplication key (UUID) made for each \
+                 record"
+            ),
+            value: produce,
+            baseline: posts.records_per_second,
+            baseline_is: one_at_a_time,
+            unit: "records/s",
+            goal: Some((
+                "≥ 0.8× baseline".into(),
+                produce >= 0.8 * posts.records_per_second,
+            )),
+        },
+        Compared {
+            figure: "the bench's 100-record POSTs, one at a time on one connection, a random \
+                     UUID key per record (as the client makes)"
+                .into(),
+            value: c.keyed_posts.median().records_per_second,
+            baseline: posts.records_per_second,
+            baseline_is: one_at_a_time,
+            unit: "records/s",
+            goal: None,
+        },
+        Compared {
+            figure: "the bench's 100-record POSTs, one at a time on one connection, a \
+                     time-ordered key per record (a UUIDv7's layout)"
+                .into(),
+            value: c.ordered_posts.median().records_per_second,
+            baseline: posts.records_per_second,
+            baseline_is: one_at_a_time,
+            unit: "records/s",
+            goal: None,
+        },
+        Compared {
+            figure: format!("100-record POSTs, wrk, {CONNECTIONS} connections, no keys"),
+            value: c.wrk_posts,
+            baseline: posts.records_per_second,
+            baseline_is: one_at_a_time,
+            unit: "records/s",
+            goal: None,
+        },
+        Compared {
+            figure: format!(
+                "`durability consume -e --format '%s\\n'` of the same {records} records, to \
+                 `/dev/null`"
+            ),
+            value: consume,
+            baseline: pages.records_per_second,
+            baseline_is: "the bench's GETs of pages of 100 in order, one at a time",
+            unit: "records/s",
+            goal: Some((
+                "≥ 0.8× baseline".into(),
+                consume >= 0.8 * pages.records_per_second,
+            )),
+        },
+        Compared {
+            figure: format!(
+                "reads of pages of 100 at random offsets of the same records, wrk, \
+                 {CONNECTIONS} connections"
+            ),
+            value: c.wrk_pages,
+            baseline: pages.records_per_second,
+            baseline_is: "the bench's GETs in order, one at a time",
+            unit: "records/s",
+            goal: None,
+        },
+        Compared {
+            figure: "client CPU per single-record append: `Client::append`, one at a time".into(),
+            value: typed,
+            baseline: bare,
+            baseline_is: "a bare reqwest POST of the same body",
+            unit: "µs",
+            goal: Some(("≤ 1.5× baseline".into(), typed <= 1.5 * bare)),
+        },
+    ]
+}
+
+/// The `client` entry of the results.
+fn client_json(c: &crate::client::ClientSide) -> serde_json::Value {
+    let runs = |runs: &crate::client::Runs| {
+        let run = |run: &crate::client::Run| {
+            json!({
+                "records_per_second": run.records_per_second,
+                "server_us": run.server_us,
+                "server_bytes": run.server_bytes,
+                "client_us": run.client_us,
+            })
+        };
+        json!({
+            "median": run(&runs.median()),
+            "runs": runs.0.iter().map(run).collect::<Vec<_>>(),
+        })
+    };
+    let appends = |runs: &[crate::client::Appends]| {
+        let append = |a: &crate::client::Appends| {
+            json!({
+                "requests_per_second": a.requests_per_second,
+                "cpu_us": a.cpu_us(),
+                "user_us": a.user_us,
+                "system_us": a.system_us,
+                "thread_us": a.thread_us,
+            })
+        };
+        json!({
+            "median": append(&crate::client::ClientSide::median_cpu(runs)),
+            "runs": runs.iter().map(append).collect::<Vec<_>>(),
+        })
+    };
+    json!({
+        "records": c.records,
+        "load_average": [c.load.0, c.load.1],
+        "produce": runs(&c.produce),
+        "posts": runs(&c.posts),
+        "keyed_posts": runs(&c.keyed_posts),
+        "ordered_posts": runs(&c.ordered_posts),
+        "wrk_posts": c.wrk_posts,
+        "consume": runs(&c.consume),
+        "pages": runs(&c.pages),
+        "wrk_pages": c.wrk_pages,
+        "wrk_connections": crate::client::CONNECTIONS,
+        "appends": c.appends,
+        "typed_append": appends(&c.typed),
+        "bare_append": appends(&c.bare),
+        "rows": client_rows(c).iter().map(|row| json!({
             "what": row.figure,
             "value": row.value,
             "unit": row.unit,
