@@ -3,7 +3,7 @@
 //! cannot drift), typed errors ([`ClientError`]), and retries that never duplicate a write.
 //!
 //! - **Retries** ([`RetryPolicy`]): before a write's first attempt the client gives every
-//!   record without a deduplication key one of its own (a random UUID), so a retried write
+//!   record without a deduplication key one of its own (a time-ordered UUID), so a retried write
 //!   returns the original offsets instead of appending twice. Writes, reads, polls and commits
 //!   are then tried again on `503`, timeouts and broken connections; lease claims, acks, nacks,
 //!   extends, trims, cursor changes and forgets only when the server surely did not apply them

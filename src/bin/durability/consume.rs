@@ -123,13 +123,15 @@ impl Consume {
                 return Ok(());
             }
             let mut done = Vec::with_capacity(batch.len());
+            let mut lines = String::new();
             for delivery in &batch {
                 if !budget.take() {
                     break;
                 }
-                self.print(delivery.partition, &delivery.record)?;
+                self.render(&mut lines, delivery.partition, &delivery.record);
                 done.push(delivery);
             }
+            print(&lines)?;
             consumer.commit(done).await?;
         }
         Ok(())
@@ -161,11 +163,14 @@ impl Consume {
                     .await?;
                 found |= !page.records.is_empty();
                 at_end &= page.lag == 0;
-                for record in &page.records {
-                    if !budget.take() {
-                        return Ok(());
-                    }
-                    self.print(*partition, record)?;
+                let mut lines = String::new();
+                let taken = page.records.iter().take_while(|_| budget.take());
+                for record in taken {
+                    self.render(&mut lines, *partition, record);
+                }
+                print(&lines)?;
+                if budget.spent() {
+                    return Ok(());
                 }
                 *from = Some(page.next_offset);
             }
@@ -198,10 +203,9 @@ impl Consume {
         })
     }
 
-    /// Prints `record` of `partition` as `--format` says.
-    fn print(&self, partition: u32, record: &RecordJson) -> Result<(), Failure> {
-        let mut out = std::io::stdout().lock();
-        let line = if self.format == "json" {
+    /// Adds `record` of `partition` to `lines`, as `--format` says.
+    fn render(&self, lines: &mut String, partition: u32, record: &RecordJson) {
+        if self.format == "json" {
             let line = serde_json::json!({
                 "topic": self.topic,
                 "partition": partition,
@@ -210,13 +214,20 @@ impl Consume {
                 "payload": record.payload,
                 "appendedAt": record.appended_at,
             });
-            format!("{line}\n")
+            lines.push_str(&line.to_string());
+            lines.push('\n');
         } else {
-            formatted(&self.format, &self.topic, partition, record)
-        };
-        out.write_all(line.as_bytes())?;
-        Ok(())
+            lines.push_str(&formatted(&self.format, &self.topic, partition, record));
+        }
     }
+}
+
+/// Writes `lines` (a page's) to standard output at once: a write per page, not per line.
+fn print(lines: &str) -> Result<(), Failure> {
+    if !lines.is_empty() {
+        std::io::stdout().lock().write_all(lines.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// `record` of `partition` of `topic` in `format` (see [`Consume::format`]).
