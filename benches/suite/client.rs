@@ -7,7 +7,7 @@
 //!   a time on one keep-alive connection, the same number of records. The command gives every
 //!   record a deduplication key (a UUID); the baseline's records have none, as in the rest of
 //!   the suite. Two more loops show what keys cost the server: one with a random UUID per
-//!   record, as the client makes, and one with time-ordered keys (a UUIDv7's layout).
+//!   record, as the client made before it made time-ordered ones, and one with time-ordered keys (a UUIDv7's layout).
 //! - `durability consume -e` printing those records (`--format '%s\n'`, to `/dev/null`),
 //!   against the bench's GETs of the same records in pages of 100, in order, one at a time on
 //!   one connection.
@@ -99,7 +99,7 @@ pub struct ClientSide {
     pub produce: Runs,
     /// The bench's 100-record POSTs, one at a time on one connection, no keys.
     pub posts: Runs,
-    /// The same with a deduplication key per record, a random UUID (as the client makes).
+    /// The same with a deduplication key per record, a random UUID (as the client made at first).
     pub keyed_posts: Runs,
     /// The same with time-ordered keys (the layout of a UUIDv7): each partition's keys go to
     /// the end of the key index instead of anywhere in it.
@@ -431,7 +431,7 @@ impl Server<'_> {
 #[derive(Debug, Clone, Copy)]
 enum Keys {
     None,
-    /// A random UUID per record, as the client makes.
+    /// A random UUID per record, as the client made at first.
     Random,
     /// Time-ordered keys of a UUID's length, increasing.
     Ordered,

@@ -1671,7 +1671,7 @@ fn client_rows(c: &crate::client::ClientSide) -> Vec<Compared> {
         Compared {
             figure: format!(
                 "`durability produce` of a file of {records} 100 B JSON lines to one partition: \
-                 batches of {BATCH}, one in flight, a deduplication key (UUID) made for each \
+                 batches of {BATCH}, one in flight, a time-ordered deduplication key (UUIDv7) made for each \
                  record"
             ),
             value: produce,
@@ -1685,7 +1685,7 @@ fn client_rows(c: &crate::client::ClientSide) -> Vec<Compared> {
         },
         Compared {
             figure: "the bench's 100-record POSTs, one at a time on one connection, a random \
-                     UUID key per record (as the client makes)"
+                     UUID key per record (as the client made at first)"
                 .into(),
             value: c.keyed_posts.median().records_per_second,
             baseline: posts.records_per_second,
