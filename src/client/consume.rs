@@ -25,17 +25,8 @@ impl Client {
         from: Option<u64>,
         limit: Option<usize>,
     ) -> Result<wire::Page, ClientError> {
-        let path = [
-            "topics",
-            topic,
-            "partitions",
-            &partition.to_string(),
-            "records",
-        ];
-        let call = Call::new(Operation::Read, Method::GET, path)
-            .query("from", from)
-            .query("limit", limit);
-        self.json(call).await
+        self.read_waiting(topic, partition, from, limit, Duration::ZERO)
+            .await
     }
 
     /// [`Client::read`], waiting up to `wait` (the server cuts it to `server.max_wait_ms`) for

@@ -183,42 +183,17 @@ fn a_server_killed_mid_produce_loses_and_duplicates_nothing() {
     let mut server = Server::start(dir.path(), env);
     let addr = server.addr;
     let count = 20_000;
-    let input = lines(count);
-    let mut producer: Child = durability(addr, &["produce", "-t", "kept", "-p", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = producer.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
-    });
+    let producer = Producer::start(
+        durability(addr, &["produce", "-t", "kept", "-p", "0"]),
+        count,
+    );
     // Killed once some of the lines are in.
-    let started = Instant::now();
-    loop {
-        let bounds =
-            crate::common::process::request(addr, "GET", "/topics/kept/partitions/0/bounds", None);
-        if matches!(&bounds, Ok((200, b)) if b["nextOffset"].as_u64() > Some(2_000)) {
-            break;
-        }
-        assert!(started.elapsed() < Duration::from_secs(60), "{bounds:?}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until_written(addr, "kept");
     server.kill();
     std::thread::sleep(Duration::from_millis(500));
     let _server = Server::start(dir.path(), env);
-    let output = producer.wait_with_output().unwrap();
-    writer.join().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let read = durability(addr, &["consume", "-t", "kept", "-p", "0", "-e"])
-        .output()
-        .unwrap();
-    assert_eq!(numbers(&read), (0..count as u64).collect::<Vec<_>>());
+    producer.finish();
+    every_line_once(addr, "kept", count);
 }
 
 /// `completions bash` is a script bash reads without error and that completes every client
@@ -267,8 +242,8 @@ fn produce_through_a_clusters_nodes_survives_a_node_killed_under_it() {
         .map(|node| format!("http://{}", node.addr()))
         .collect();
     let count = 20_000;
-    let input = lines(count);
-    let mut producer = Command::new(env!("CARGO_BIN_EXE_durability"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_durability"));
+    command
         .args([
             "produce",
             "-t",
@@ -279,41 +254,68 @@ fn produce_through_a_clusters_nodes_survives_a_node_killed_under_it() {
             "--url",
             &urls.join(","),
         ])
-        .env_remove("DURABILITY_URL")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = producer.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || {
-        let _ = stdin.write_all(input.as_bytes());
-    });
+        .env_remove("DURABILITY_URL");
+    let producer = Producer::start(command, count);
     // The first node, which the command talks to, dies once some lines are in.
     let survivor = nodes[1].addr();
+    wait_until_written(survivor, "spread");
+    nodes[0].kill();
+    producer.finish();
+    every_line_once(survivor, "spread", count);
+}
+
+/// A `produce` command being fed lines.
+struct Producer {
+    child: Child,
+    writer: std::thread::JoinHandle<()>,
+}
+
+impl Producer {
+    /// Starts `command`, writing [`lines`]`(count)` to its standard input.
+    fn start(mut command: Command, count: usize) -> Self {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let input = lines(count);
+        let writer = std::thread::spawn(move || {
+            let _ = stdin.write_all(input.as_bytes());
+        });
+        Self { child, writer }
+    }
+
+    /// Waits for the command to end; it must have succeeded.
+    fn finish(self) {
+        let output = self.child.wait_with_output().unwrap();
+        self.writer.join().unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// Waits until partition 0 of `topic` holds more than 2,000 records, as `node` says.
+fn wait_until_written(node: SocketAddr, topic: &str) {
+    let path = format!("/topics/{topic}/partitions/0/bounds");
     let started = Instant::now();
     loop {
-        let bounds = crate::common::process::request(
-            survivor,
-            "GET",
-            "/topics/spread/partitions/0/bounds",
-            None,
-        );
+        let bounds = crate::common::process::request(node, "GET", &path, None);
         if matches!(&bounds, Ok((200, b)) if b["nextOffset"].as_u64() > Some(2_000)) {
-            break;
+            return;
         }
         assert!(started.elapsed() < Duration::from_secs(60), "{bounds:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    nodes[0].kill();
-    let output = producer.wait_with_output().unwrap();
-    writer.join().unwrap();
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let read = durability(survivor, &["consume", "-t", "spread", "-p", "0", "-e"])
+}
+
+/// Every one of [`lines`]`(count)` is in partition 0 of `topic` once, in order.
+fn every_line_once(node: SocketAddr, topic: &str, count: usize) {
+    let read = durability(node, &["consume", "-t", topic, "-p", "0", "-e"])
         .output()
         .unwrap();
     assert_eq!(numbers(&read), (0..count as u64).collect::<Vec<_>>());
