@@ -747,24 +747,7 @@ impl Report {
                 &s.negotiated
             }
         );
-        let _ = writeln!(
-            md,
-            "| figure | measured | baseline | ratio | goal | met |\n|---|---|---|---|---|---|"
-        );
-        for row in security_rows(s) {
-            let (goal, met) = row.goal.as_ref().map_or(("–", "–"), |(goal, met)| {
-                (goal.as_str(), if *met { "yes" } else { "**no**" })
-            });
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} ({}) | {} | {goal} | {met} |",
-                row.figure,
-                amount(row.value, row.unit),
-                amount(row.baseline, row.unit),
-                row.baseline_is,
-                times(row.ratio()),
-            );
-        }
+        compared_table(md, &security_rows(s));
         let ((plain, tls), (plain_close, tls_close)) = (s.appends, s.handshakes);
         let _ = writeln!(
             md,
@@ -827,24 +810,7 @@ impl Report {
              figure and its baseline alternate (AB, BA, AB), and of three runs each the median \
              is kept. The commands and the bench share the machine's cores with the server.\n"
         );
-        let _ = writeln!(
-            md,
-            "| figure | measured | baseline | ratio | goal | met |\n|---|---|---|---|---|---|"
-        );
-        for row in client_rows(c) {
-            let (goal, met) = row.goal.as_ref().map_or(("–", "–"), |(goal, met)| {
-                (goal.as_str(), if *met { "yes" } else { "**no**" })
-            });
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} ({}) | {} | {goal} | {met} |",
-                row.figure,
-                amount(row.value, row.unit),
-                amount(row.baseline, row.unit),
-                row.baseline_is,
-                times(row.ratio()),
-            );
-        }
+        compared_table(md, &client_rows(c));
         let (produce, posts) = (c.produce.median(), c.posts.median());
         let (keyed, ordered) = (c.keyed_posts.median(), c.ordered_posts.median());
         let (consume, pages) = (c.consume.median(), c.pages.median());
@@ -1514,6 +1480,28 @@ fn replication_goals(r: &crate::replication::Replication, md: &mut String) {
          about 3.3 ms of CPU each, whatever its size; the committer thread is busy about half \
          of the time."
     );
+}
+
+/// Writes `rows` as a table of figures against their baselines, with their goals.
+fn compared_table(md: &mut String, rows: &[Compared]) {
+    let _ = writeln!(
+        md,
+        "| figure | measured | baseline | ratio | goal | met |\n|---|---|---|---|---|---|"
+    );
+    for row in rows {
+        let (goal, met) = row.goal.as_ref().map_or(("–", "–"), |(goal, met)| {
+            (goal.as_str(), if *met { "yes" } else { "**no**" })
+        });
+        let _ = writeln!(
+            md,
+            "| {} | {} | {} ({}) | {} | {goal} | {met} |",
+            row.figure,
+            amount(row.value, row.unit),
+            amount(row.baseline, row.unit),
+            row.baseline_is,
+            times(row.ratio()),
+        );
+    }
 }
 
 /// One line of the security or the client table: a figure, its baseline measured in the same
