@@ -45,7 +45,7 @@ fn main() {
         for payload_bytes in [100, 1024] {
             for batch_size in [1, 10, 100] {
                 let batch = batch_of(batch_size, payload_bytes);
-                let payload = &batch[0].payload;
+                let payload = batch[0].payload.as_json().unwrap();
                 let (raw, store) = median_pair(
                     || raw::batched_inserts(&fresh_path(), batch_size, payload, sync, budget),
                     || store_appends(&fresh_path(), sync, &[&batch], budget),
@@ -64,7 +64,7 @@ fn main() {
         for payload_bytes in [100, 1024] {
             let batch = batch_of(10, payload_bytes);
             let group: Vec<&[NewRecord]> = vec![&batch; 10];
-            let payload = &batch[0].payload;
+            let payload = batch[0].payload.as_json().unwrap();
             let (raw, store) = median_pair(
                 || raw::batched_inserts(&fresh_path(), 100, payload, sync, budget),
                 || store_appends(&fresh_path(), sync, &group, budget),

@@ -44,7 +44,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     for record in &page.records {
         println!(
             "offset {} key {:?}: {}",
-            record.offset, record.key, record.payload
+            record.offset,
+            record.key,
+            record.payload.as_json().unwrap_or("(not JSON)")
         );
     }
     let cursor = orders
@@ -61,7 +63,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(|user| Event {
             partition_key: user.into(),
             key: None,
-            payload: format!(r#"{{"user":"{user}"}}"#),
+            payload: format!(r#"{{"user":"{user}"}}"#).into(),
+            headers: Vec::new(),
         })
         .collect();
     if let EventsOutcome::Appended(placed) = log.append_events("clicks", events).await? {

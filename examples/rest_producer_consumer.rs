@@ -48,7 +48,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "partition {} offset {}: {}",
             delivery.partition,
             delivery.record.offset,
-            delivery.record.payload.get()
+            delivery
+                .record
+                .payload
+                .as_deref()
+                .map_or("", |json| json.get())
         );
     }
     let committed = analytics.commit(&batch).await?;

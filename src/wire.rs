@@ -18,7 +18,10 @@ use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaType, Type};
 
 use crate::error::ErrorCode;
 use crate::load::LoadSnapshot;
-use crate::log::{LeaseState, MAX_KEY_BYTES};
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
+
+use crate::log::{Header, LeaseState, MAX_KEY_BYTES, NewRecord, Payload};
 
 /// Every error: `{"error": {"code", "message", ...details}}`. A 4xx is definite: nothing
 /// changed; so is `503 overloaded`. Otherwise a 5xx is uncertain: the write may or may not have
@@ -85,7 +88,9 @@ impl ErrorDetail {
     }
 }
 
-/// A record as the API shows it: the payload is the stored JSON value itself.
+/// A record as the API shows it: the payload is the stored JSON value itself, and the parts
+/// a record may carry beside it (`../API.md`, "Records: headers, message keys, binary
+/// payloads") appear only where the record has them.
 #[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 #[schema(as = Record)]
@@ -95,25 +100,142 @@ pub struct RecordJson {
     /// Its deduplication key, or `null` when it was appended without one.
     #[schema(required = true)]
     pub key: Option<String>,
-    /// The JSON value it was appended with.
-    #[schema(value_type = serde_json::Value)]
-    pub payload: Box<RawValue>,
+    /// The JSON value it was appended with; `null` for a tombstone; absent for a binary
+    /// payload.
+    #[schema(value_type = Option<serde_json::Value>)]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub payload: Option<Box<RawValue>>,
+    /// A binary payload, in standard base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+    /// `true` for a record without a value (a Kafka tombstone).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tombstone: bool,
+    /// The message key, where its bytes are UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_key: Option<String>,
+    /// The message key in standard base64, where its bytes are not UTF-8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_key_base64: Option<String>,
+    /// Its headers, in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<Vec<HeaderJson>>,
     /// When it was appended, in ms since the Unix epoch.
     pub appended_at: i64,
 }
 
+/// One header of a record: a name and a value, as text where it is UTF-8, else in base64
+/// (neither when the header has no value).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct HeaderJson {
+    /// The header's name; names may repeat.
+    pub name: String,
+    /// Its value, as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// Its value, in standard base64.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_base64: Option<String>,
+}
+
+/// A field that is `Some` whenever it is present, `null` included (serde reads a `null`
+/// `Option` as absent).
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    Box::<RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// Bytes as text where they are UTF-8 (first), else in base64 (second).
+pub fn text_or_base64(bytes: Vec<u8>) -> (Option<String>, Option<String>) {
+    match String::from_utf8(bytes) {
+        Ok(text) => (Some(text), None),
+        Err(err) => (None, Some(BASE64.encode(err.as_bytes()))),
+    }
+}
+
+/// Bytes from their text or base64 form (at most one of the two); `what` names the field in
+/// the error.
+///
+/// # Errors
+/// Both forms given, or base64 that does not decode.
+pub fn bytes_of(
+    text: Option<String>,
+    base64: Option<&str>,
+    what: &str,
+) -> Result<Option<Vec<u8>>, String> {
+    match (text, base64) {
+        (Some(_), Some(_)) => Err(format!("{what} and {what}Base64 are exclusive")),
+        (Some(text), None) => Ok(Some(text.into_bytes())),
+        (None, Some(base64)) => BASE64
+            .decode(base64)
+            .map(Some)
+            .map_err(|err| format!("{what}Base64 is not standard base64: {err}")),
+        (None, None) => Ok(None),
+    }
+}
+
+impl HeaderJson {
+    /// A stored header as the API shows it.
+    pub fn shown(header: Header) -> Self {
+        let (value, value_base64) = header.value.map_or((None, None), text_or_base64);
+        Self {
+            name: header.name,
+            value,
+            value_base64,
+        }
+    }
+
+    /// The header it describes.
+    ///
+    /// # Errors
+    /// Both value forms, or base64 that does not decode.
+    pub fn header(self) -> Result<Header, String> {
+        let value = bytes_of(self.value, self.value_base64.as_deref(), "value")?;
+        Ok(Header {
+            name: self.name,
+            value,
+        })
+    }
+}
+
 impl From<crate::log::Record> for RecordJson {
     fn from(record: crate::log::Record) -> Self {
-        // Records appended through the library may hold text that is not JSON: show it as a
-        // JSON string rather than fail the page.
-        let payload = RawValue::from_string(record.payload).unwrap_or_else(|err| {
-            let text = serde_json::to_string(&err.to_string()).expect("a string serializes");
-            RawValue::from_string(text).expect("a JSON string is JSON")
-        });
+        let tombstone = record.payload == Payload::Null;
+        let (payload, payload_base64) = match record.payload {
+            // Records appended through the library may hold text that is not JSON: show it as
+            // a JSON string rather than fail the page.
+            Payload::Json(text) => {
+                let shown = if serde_json::from_str::<&RawValue>(&text).is_ok() {
+                    text
+                } else {
+                    serde_json::to_string(&text).expect("a string serializes")
+                };
+                let json = RawValue::from_string(shown).expect("checked, or a JSON string");
+                (Some(json), None)
+            }
+            Payload::Binary(bytes) => (None, Some(BASE64.encode(bytes))),
+            Payload::Null => (
+                Some(RawValue::from_string("null".into()).expect("null is JSON")),
+                None,
+            ),
+        };
+        let (message_key, message_key_base64) =
+            record.message_key.map_or((None, None), text_or_base64);
+        let headers = (!record.headers.is_empty())
+            .then(|| record.headers.into_iter().map(HeaderJson::shown).collect());
         Self {
             offset: record.offset,
             key: record.key,
             payload,
+            payload_base64,
+            tombstone,
+            message_key,
+            message_key_base64,
+            headers,
             appended_at: record.appended_at,
         }
     }
@@ -305,28 +427,48 @@ pub struct TopicDetail {
     pub partitions: Vec<PartitionDetail>,
 }
 
-impl From<RecordJson> for crate::log::Record {
-    fn from(record: RecordJson) -> Self {
-        Self {
+impl TryFrom<RecordJson> for crate::log::Record {
+    type Error = String;
+
+    /// Reads back a record a node or the server showed (its JSON verbatim, not checked again).
+    fn try_from(record: RecordJson) -> Result<Self, String> {
+        let payload = match (record.payload, record.payload_base64, record.tombstone) {
+            (_, None, true) => Payload::Null,
+            (Some(json), None, false) => Payload::Json(json.get().to_owned()),
+            (None, Some(base64), false) => {
+                Payload::Binary(bytes_of(None, Some(&base64), "payload")?.unwrap_or_default())
+            }
+            _ => return Err(format!("record {}: not one payload", record.offset)),
+        };
+        Ok(Self {
             offset: record.offset,
             key: record.key,
-            payload: record.payload.get().to_owned(),
+            payload,
+            message_key: bytes_of(
+                record.message_key,
+                record.message_key_base64.as_deref(),
+                "messageKey",
+            )?,
+            headers: headers_of(record.headers)?,
             appended_at: record.appended_at,
-        }
+        })
     }
 }
 
-impl From<Page> for crate::log::Page {
-    fn from(page: Page) -> Self {
-        Self {
-            records: page
-                .records
-                .into_iter()
-                .map(crate::log::Record::from)
-                .collect(),
+/// Records read back (see [`RecordJson`]'s conversion).
+fn records_of(records: Vec<RecordJson>) -> Result<Vec<crate::log::Record>, String> {
+    records.into_iter().map(TryInto::try_into).collect()
+}
+
+impl TryFrom<Page> for crate::log::Page {
+    type Error = String;
+
+    fn try_from(page: Page) -> Result<Self, String> {
+        Ok(Self {
+            records: records_of(page.records)?,
             next_offset: page.next_offset,
             lag: page.lag,
-        }
+        })
     }
 }
 
@@ -347,32 +489,173 @@ pub struct CommitOffsets {
     pub offsets: BTreeMap<u32, u64>,
 }
 
-/// A record of `POST /topics/{topic}/partitions/{partition}/records`, as a node sends it to
-/// another: the payload verbatim.
+/// A record of `POST /topics/{topic}/partitions/{partition}/records`, as a node or the client
+/// sends it: the payload verbatim, the other parts where the record has them.
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
 pub struct RecordOut<'a> {
-    /// The record's JSON payload, verbatim.
-    pub payload: &'a RawValue,
+    /// The record's JSON payload, verbatim (`null` for a tombstone).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<&'a RawValue>,
+    /// A binary payload, in base64.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+    /// Set for a tombstone.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub tombstone: bool,
     /// Its deduplication key, if any.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub key: Option<&'a str>,
+    /// Its message key, in base64.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message_key_base64: Option<String>,
+    /// Its headers.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub headers: Vec<HeaderJson>,
 }
 
-impl From<Lease> for crate::log::Lease {
-    fn from(lease: Lease) -> Self {
-        Self {
+impl<'a> RecordOut<'a> {
+    /// `record` as it is sent.
+    ///
+    /// # Errors
+    /// A JSON payload that is not JSON text (possible for a record made by an embedding
+    /// application: the body could not carry it).
+    pub fn of(record: &'a NewRecord) -> Result<Self, String> {
+        let (payload, payload_base64) = match &record.payload {
+            Payload::Json(text) => (
+                Some(
+                    serde_json::from_str::<&RawValue>(text)
+                        .map_err(|err| format!("a payload that is not JSON: {err}"))?,
+                ),
+                None,
+            ),
+            Payload::Binary(bytes) => (None, Some(BASE64.encode(bytes))),
+            Payload::Null => (None, None),
+        };
+        Ok(Self {
+            payload,
+            payload_base64,
+            tombstone: record.payload == Payload::Null,
+            key: record.key.as_deref(),
+            message_key_base64: record.message_key.as_ref().map(|key| BASE64.encode(key)),
+            headers: record
+                .headers
+                .iter()
+                .map(|header| HeaderJson {
+                    name: header.name.clone(),
+                    value: None,
+                    value_base64: header.value.as_ref().map(|value| BASE64.encode(value)),
+                })
+                .collect(),
+        })
+    }
+}
+
+// How a client sends it: `RecordOut`.
+/// One record of an append to a partition: a payload (JSON, or bytes in base64), and
+/// optionally a deduplication key, a message key and headers.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct RecordBody {
+    /// Any JSON value; it reads back unchanged. Exclusive with `payloadBase64`.
+    #[schema(value_type = Option<serde_json::Value>)]
+    #[serde(default, deserialize_with = "present")]
+    pub payload: Option<Box<RawValue>>,
+    /// A binary payload (bytes, standard base64 with padding). Exclusive with `payload`.
+    #[serde(default)]
+    pub payload_base64: Option<String>,
+    /// A record without a value (a Kafka tombstone): neither payload form, or `payload: null`.
+    #[serde(default)]
+    pub tombstone: bool,
+    /// Optional deduplication key, 1 to [`MAX_KEY_BYTES`] bytes of UTF-8: a re-sent key
+    /// returns the original offset.
+    #[schema(schema_with = record_key)]
+    #[serde(default)]
+    pub key: Option<String>,
+    /// The message key (Kafka's record key), as text. It may repeat and deduplicates nothing.
+    #[serde(default)]
+    pub message_key: Option<String>,
+    /// The message key, in standard base64.
+    #[serde(default)]
+    pub message_key_base64: Option<String>,
+    /// Headers, in order (names may repeat).
+    #[serde(default)]
+    pub headers: Option<Vec<HeaderJson>>,
+}
+
+/// The schema of `RecordBody::key`.
+fn record_key() -> Object {
+    dedup_key("offset")
+}
+
+impl RecordBody {
+    /// The record it describes.
+    ///
+    /// # Errors
+    /// A payload in both forms or neither, a payload that is not portable JSON, a message key
+    /// or header value in both forms, base64 that does not decode.
+    pub fn record(self) -> Result<NewRecord, String> {
+        Ok(NewRecord {
+            payload: payload_of(self.payload, self.payload_base64, self.tombstone)?,
+            key: self.key,
+            message_key: bytes_of(
+                self.message_key,
+                self.message_key_base64.as_deref(),
+                "messageKey",
+            )?,
+            headers: headers_of(self.headers)?,
+        })
+    }
+}
+
+/// A payload from the forms a body may give it in.
+fn payload_of(
+    payload: Option<Box<RawValue>>,
+    base64: Option<String>,
+    tombstone: bool,
+) -> Result<Payload, String> {
+    match (payload, base64, tombstone) {
+        (Some(_), Some(_), _) => Err("payload and payloadBase64 are exclusive".into()),
+        (None, None, false) => Err("a record needs a payload or a payloadBase64".into()),
+        (Some(json), None, false) => {
+            // JSON that common parsers cannot hold (a lone surrogate escape, a number beyond
+            // the `f64` range) is refused, so every stored payload reads back as the same value
+            // in any client.
+            serde_json::from_str::<serde_json::Value>(json.get())
+                .map_err(|err| format!("payload is not portable JSON: {err}"))?;
+            Ok(Payload::Json(json.get().to_owned()))
+        }
+        (None, Some(base64), false) => Ok(Payload::Binary(
+            bytes_of(None, Some(&base64), "payload")?.unwrap_or_default(),
+        )),
+        (None, None, true) => Ok(Payload::Null),
+        (Some(json), None, true) if json.get() == "null" => Ok(Payload::Null),
+        (_, _, true) => Err("a tombstone has no payload".into()),
+    }
+}
+
+/// Headers from a body's form.
+fn headers_of(headers: Option<Vec<HeaderJson>>) -> Result<Vec<Header>, String> {
+    headers
+        .unwrap_or_default()
+        .into_iter()
+        .map(HeaderJson::header)
+        .collect()
+}
+
+impl TryFrom<Lease> for crate::log::Lease {
+    type Error = String;
+
+    fn try_from(lease: Lease) -> Result<Self, String> {
+        Ok(Self {
             batch_id: lease.batch_id,
             group: lease.group,
             first_offset: lease.first_offset,
             last_offset: lease.last_offset,
             attempt: lease.attempt,
             expires_at: lease.expires_at,
-            records: lease
-                .records
-                .into_iter()
-                .map(crate::log::Record::from)
-                .collect(),
-        }
+            records: records_of(lease.records)?,
+        })
     }
 }
 
@@ -481,15 +764,42 @@ impl Serialize for Integer {
 pub struct EventBody {
     /// Chooses the partition: the key's 32-bit FNV-1a hash over its UTF-16 code units, modulo
     /// the topic's partition count, so one key always goes to one partition.
+    /// Stored as the record's message key, so Kafka consumers see it.
     pub partition_key: String,
-    /// Any JSON value; it reads back unchanged.
-    #[schema(value_type = serde_json::Value)]
-    pub payload: Box<RawValue>,
+    /// Any JSON value; it reads back unchanged. Exclusive with `payloadBase64`.
+    #[schema(value_type = Option<serde_json::Value>)]
+    #[serde(
+        default,
+        deserialize_with = "present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub payload: Option<Box<RawValue>>,
+    /// A binary payload (bytes, standard base64 with padding). Exclusive with `payload`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
     /// Optional deduplication key, 1 to [`MAX_KEY_BYTES`] bytes of UTF-8: a re-sent key
     /// returns the original place.
     #[schema(schema_with = event_key)]
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
+    /// Headers, in order (names may repeat).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub headers: Option<Vec<HeaderJson>>,
+}
+
+impl EventBody {
+    /// The event it describes.
+    ///
+    /// # Errors
+    /// As [`RecordBody::record`].
+    pub fn event(self) -> Result<crate::log::Event, String> {
+        Ok(crate::log::Event {
+            partition_key: self.partition_key,
+            key: self.key,
+            payload: payload_of(self.payload, self.payload_base64, false)?,
+            headers: headers_of(self.headers)?,
+        })
+    }
 }
 
 /// The schema of `EventBody::key`.

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 
 use super::{Client, ClientError};
 use crate::wire;
@@ -19,12 +20,12 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// The payload read as `T`.
+    /// The payload read as `T` (a binary payload reads as the JSON `null`).
     ///
     /// # Errors
     /// Why the payload is not a `T`.
     pub fn payload<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(self.record.payload.get())
+        serde_json::from_str(self.record.payload.as_deref().map_or("null", RawValue::get))
     }
 }
 

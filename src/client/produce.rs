@@ -89,8 +89,12 @@ impl Client {
         let body: Vec<wire::RecordOut> = records
             .iter()
             .map(|record| wire::RecordOut {
-                payload: &record.payload,
+                payload: Some(&record.payload),
+                payload_base64: None,
+                tombstone: false,
                 key: record.key.as_deref(),
+                message_key_base64: None,
+                headers: Vec::new(),
             })
             .collect();
         let path = [
@@ -121,8 +125,10 @@ impl Client {
                 let record = event.record.keyed();
                 wire::EventBody {
                     partition_key: event.partition_key,
-                    payload: record.payload,
+                    payload: Some(record.payload),
+                    payload_base64: None,
                     key: record.key,
+                    headers: None,
                 }
             })
             .collect();

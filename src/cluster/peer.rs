@@ -14,7 +14,6 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde_json::value::RawValue;
 
 use crate::config::ClusterSettings;
 use crate::error::ErrorCode;
@@ -311,6 +310,14 @@ fn refusal(node: &str, status: u16, body: &[u8]) -> PeerError {
     }
 }
 
+/// An answer of `node` that could not be read back.
+fn unreadable(node: &str) -> impl Fn(String) -> PeerError + '_ {
+    move |reason| PeerError::Unreachable {
+        node: node.to_owned(),
+        reason: format!("an answer that does not read back: {reason}"),
+    }
+}
+
 impl Peers for HttpPeers {
     fn append<'a>(
         &'a self,
@@ -323,19 +330,8 @@ impl Peers for HttpPeers {
             let body = records
                 .iter()
                 .map(|record| {
-                    let payload: &RawValue =
-                        serde_json::from_str(&record.payload).map_err(|err| {
-                            PeerError::Refused(wire::ErrorDetail::new(
-                                ErrorCode::InvalidRequest,
-                                format!(
-                                    "a partition held by another node takes JSON payloads \
-                                     only: {err}"
-                                ),
-                            ))
-                        })?;
-                    Ok(wire::RecordOut {
-                        payload,
-                        key: record.key.as_deref(),
+                    wire::RecordOut::of(record).map_err(|err| {
+                        PeerError::Refused(wire::ErrorDetail::new(ErrorCode::InvalidRequest, err))
                     })
                 })
                 .collect::<Result<Vec<_>, PeerError>>()?;
@@ -362,11 +358,16 @@ impl Peers for HttpPeers {
             let path = format!("/topics/{topic}/groups/{group}/poll");
             let request = self.get(node, &path).query(&query);
             let polled: wire::GroupPoll = self.call(node, request, 200).await?;
-            Ok(polled
+            polled
                 .partitions
                 .into_iter()
-                .map(|entry| (entry.partition, entry.page.into()))
-                .collect())
+                .map(|entry| {
+                    Ok((
+                        entry.partition,
+                        entry.page.try_into().map_err(unreadable(node))?,
+                    ))
+                })
+                .collect()
         })
     }
 
@@ -417,7 +418,10 @@ impl Peers for HttpPeers {
                 request = request.query(&[("limit", limit)]);
             }
             let lease: Option<wire::Lease> = self.call_or_none(node, request, 200).await?;
-            Ok(lease.map(Lease::from))
+            lease
+                .map(Lease::try_from)
+                .transpose()
+                .map_err(unreadable(node))
         })
     }
 

@@ -1,35 +1,13 @@
 //! Produce: keyed events routed to partitions, and direct appends to one partition.
 
 use actix_web::{HttpResponse, web};
-use serde::Deserialize;
-use serde_json::value::RawValue;
-use utoipa::ToSchema;
-use utoipa::openapi::schema::Object as Schema;
 
 use super::error::ErrorBody;
 use super::params;
 use super::request::{Object, json_body, partition};
 use super::{ApiError, HttpState};
 use crate::log::{AppendOutcome, Event, EventsOutcome, NewRecord};
-use crate::wire::{AppendedOffsets, EventBody, PlacedRecord, ProducedRecords, dedup_key};
-
-/// One record of `POST /topics/{topic}/partitions/{partition}/records`.
-#[derive(Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-struct RecordBody {
-    /// Any JSON value; it reads back unchanged.
-    #[schema(value_type = serde_json::Value)]
-    payload: Box<RawValue>,
-    /// Optional deduplication key, 1 to [`MAX_KEY_BYTES`] bytes of UTF-8: a re-sent key
-    /// returns the original offset.
-    #[schema(schema_with = record_key)]
-    key: Option<String>,
-}
-
-/// The schema of `RecordBody::key`.
-fn record_key() -> Schema {
-    dedup_key("offset")
-}
+use crate::wire::{AppendedOffsets, EventBody, PlacedRecord, ProducedRecords, RecordBody};
 
 /// `POST /topics/{topic}/records`: `202 {"records": [{"partition", "offset"}, ...]}`.
 #[utoipa::path(
@@ -57,21 +35,16 @@ pub async fn events(
 ) -> Result<HttpResponse, ApiError> {
     let events: Vec<Object<EventBody>> = json_body(body, state.body_limits()).await?;
     let events: Vec<EventBody> = events.into_iter().map(|event| event.0).collect();
-    let bytes = events
-        .iter()
-        .map(|event| event.payload.get().len() as u64)
-        .sum();
-    let events = events
+    let events: Vec<Event> = events
         .into_iter()
         .enumerate()
         .map(|(index, event)| {
-            Ok(Event {
-                partition_key: event.partition_key,
-                key: event.key,
-                payload: payload_text(&event.payload, index)?,
-            })
+            event
+                .event()
+                .map_err(|err| ApiError::invalid_request(format!("record {index}: {err}")))
         })
         .collect::<Result<_, ApiError>>()?;
+    let bytes = events.iter().map(|event| event.payload.len() as u64).sum();
     let outcome = state.log.append_events(&topic, events).await?;
     match outcome {
         EventsOutcome::Appended(placed) => {
@@ -114,20 +87,19 @@ pub async fn records(
     state.log.partitions(&topic)?;
     let records: Vec<Object<RecordBody>> = json_body(body, state.body_limits()).await?;
     let records: Vec<RecordBody> = records.into_iter().map(|record| record.0).collect();
-    let bytes = records
-        .iter()
-        .map(|record| record.payload.get().len() as u64)
-        .sum();
-    let records = records
+    let records: Vec<NewRecord> = records
         .into_iter()
         .enumerate()
         .map(|(index, record)| {
-            Ok(NewRecord {
-                key: record.key,
-                payload: payload_text(&record.payload, index)?,
-            })
+            record
+                .record()
+                .map_err(|err| ApiError::invalid_request(format!("record {index}: {err}")))
         })
         .collect::<Result<_, ApiError>>()?;
+    let bytes = records
+        .iter()
+        .map(|record| record.payload.len() as u64)
+        .sum();
     let appended = state.log.append(&topic, index, records).await?;
     match appended.outcome {
         AppendOutcome::Appended { offsets } => {
@@ -139,16 +111,4 @@ pub async fn records(
         }
         AppendOutcome::Rejected(rejection) => Err(rejection.into()),
     }
-}
-
-/// The stored text of a payload. JSON that common parsers cannot hold (a lone surrogate
-/// escape, a number beyond the `f64` range) is refused, so every stored payload reads back as
-/// the same value in any client.
-fn payload_text(payload: &RawValue, index: usize) -> Result<String, ApiError> {
-    serde_json::from_str::<serde_json::Value>(payload.get()).map_err(|err| {
-        ApiError::invalid_request(format!(
-            "record {index}: payload is not portable JSON: {err}"
-        ))
-    })?;
-    Ok(payload.get().to_owned())
 }

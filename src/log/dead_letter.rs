@@ -32,6 +32,7 @@ impl DeadLetter for DeadLetterTopic {
                         partition_key: key.clone(),
                         key: Some(key),
                         payload: record.payload.clone(),
+                        headers: record.headers.clone(),
                     }
                 })
                 .collect();

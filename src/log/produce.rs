@@ -9,17 +9,20 @@ use crate::error::Error;
 use crate::names::PartitionId;
 use crate::partition::{self, Appended};
 use crate::routing::partition_for;
-use crate::store::{AppendOutcome, AppendRejection, NewRecord, check_batch};
+use crate::store::{AppendOutcome, AppendRejection, Header, NewRecord, Payload, check_batch};
 
 /// A keyed event for [`Log::append_events`]: its partition is chosen from `partition_key`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
-    /// Picks the partition (FNV-1a, see [`partition_for`]).
+    /// Picks the partition (FNV-1a, see [`partition_for`]); stored as the record's message
+    /// key.
     pub partition_key: String,
     /// Optional deduplication key.
     pub key: Option<String>,
-    /// The body, as JSON text.
-    pub payload: String,
+    /// The body.
+    pub payload: Payload,
+    /// Headers, in order.
+    pub headers: Vec<Header>,
 }
 
 /// What [`Log::append_events`] did.
@@ -163,6 +166,8 @@ impl Log {
             group.records.push(NewRecord {
                 key: event.key,
                 payload: event.payload,
+                message_key: Some(event.partition_key.into_bytes()),
+                headers: event.headers,
             });
         }
         if groups.is_empty() {

@@ -517,7 +517,9 @@ mod tests {
             .map(|offset| Record {
                 offset,
                 key: None,
-                payload: format!("{{\"n\":{offset}}}"),
+                payload: format!("{{\"n\":{offset}}}").into(),
+                message_key: None,
+                headers: Vec::new(),
                 appended_at: 0,
             })
             .collect();

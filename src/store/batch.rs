@@ -2,6 +2,7 @@
 //! checks and checksums of records. Plain data and rules, shared by the store, the committer
 //! and the callers that validate a request before sending it.
 
+use super::record::{Header, Payload, parts_refusal};
 use crate::error_code::ErrorCode;
 
 /// Longest deduplication key, in bytes.
@@ -13,25 +14,43 @@ pub struct NewRecord {
     /// Deduplication key: appending a key that a hot record already has returns that record's
     /// offset and writes nothing. `None` stores no key.
     pub key: Option<String>,
-    /// The record's body, as JSON text (stored and returned as is).
-    pub payload: String,
+    /// The record's body (JSON text is stored and returned as is).
+    pub payload: Payload,
+    /// The message key (Kafka's record key): it may repeat and deduplicates nothing.
+    pub message_key: Option<Vec<u8>>,
+    /// Headers, in order.
+    pub headers: Vec<Header>,
 }
 
 impl NewRecord {
-    /// A record without a deduplication key.
-    pub fn new(payload: impl Into<String>) -> Self {
+    /// A record of `payload` (JSON text, or a [`Payload`]) without a deduplication key.
+    pub fn new(payload: impl Into<Payload>) -> Self {
         Self {
             key: None,
             payload: payload.into(),
+            message_key: None,
+            headers: Vec::new(),
         }
     }
 
     /// A record with a deduplication key.
-    pub fn keyed(key: impl Into<String>, payload: impl Into<String>) -> Self {
+    pub fn keyed(key: impl Into<String>, payload: impl Into<Payload>) -> Self {
         Self {
             key: Some(key.into()),
-            payload: payload.into(),
+            ..Self::new(payload)
         }
+    }
+
+    /// The same record with a message key.
+    pub fn with_message_key(mut self, key: impl Into<Vec<u8>>) -> Self {
+        self.message_key = Some(key.into());
+        self
+    }
+
+    /// The same record with `headers`.
+    pub fn with_headers(mut self, headers: Vec<Header>) -> Self {
+        self.headers = headers;
+        self
     }
 }
 
@@ -82,6 +101,14 @@ pub enum AppendRejection {
         /// Length of the key in bytes.
         bytes: usize,
     },
+    /// A message key or headers over their limits.
+    #[error("record {index}: {reason}")]
+    InvalidParts {
+        /// Position of the record in the batch.
+        index: usize,
+        /// Which limit, and by how much.
+        reason: String,
+    },
     /// A payload larger than `max_record_bytes`.
     #[error("record {index}: payload of {bytes} bytes exceeds the limit of {max}")]
     RecordTooLarge {
@@ -98,7 +125,9 @@ impl AppendRejection {
     /// The stable error code of this rejection (the REST API's `error.code`).
     pub fn code(&self) -> ErrorCode {
         match self {
-            Self::EmptyBatch | Self::InvalidKey { .. } => ErrorCode::InvalidRequest,
+            Self::EmptyBatch | Self::InvalidKey { .. } | Self::InvalidParts { .. } => {
+                ErrorCode::InvalidRequest
+            }
             Self::BatchTooLarge { .. } => ErrorCode::BatchTooLarge,
             Self::RecordTooLarge { .. } => ErrorCode::RecordTooLarge,
         }
@@ -106,10 +135,19 @@ impl AppendRejection {
 }
 
 /// A record's checksum as stored beside it: CRC-32C (the CPU's own instruction where it has
-/// one) of its offset, key and payload, so an altered payload or key, or a row moved to
-/// another offset, is found when it is read.
-pub(super) fn record_checksum(offset: u64, key: Option<&str>, payload: &str) -> u32 {
-    let mut crc = crc32c::crc32c(payload.as_bytes());
+/// one) of its offset, key, payload and other parts (`records.meta`), so an altered payload,
+/// key or part, or a row moved to another offset, is found when it is read. A record without
+/// parts sums as records did before parts existed.
+pub(super) fn record_checksum(
+    offset: u64,
+    key: Option<&str>,
+    payload: &[u8],
+    meta: Option<&[u8]>,
+) -> u32 {
+    let mut crc = crc32c::crc32c(payload);
+    if let Some(meta) = meta {
+        crc = crc32c::crc32c_append(crc, meta) ^ (meta.len() as u32).rotate_left(24);
+    }
     if let Some(key) = key {
         crc = crc32c::crc32c_append(crc, key.as_bytes()) ^ (key.len() as u32).rotate_left(16);
     }
@@ -141,6 +179,9 @@ pub fn check_batch(
                 index,
                 bytes: key_bytes,
             });
+        }
+        if let Some(reason) = parts_refusal(record.message_key.as_deref(), &record.headers) {
+            return Some(AppendRejection::InvalidParts { index, reason });
         }
         let max = max_record_bytes;
         (record.payload.len() > max).then_some(AppendRejection::RecordTooLarge {

@@ -17,6 +17,7 @@ mod due;
 mod error;
 mod leases;
 mod read;
+mod record;
 mod redo;
 mod replication;
 mod retention;
@@ -44,6 +45,7 @@ pub use due::{DuePartition, DuePosition};
 pub use error::StoreError;
 pub use leases::{Lease, LeaseOptions, LeaseOutcome, LeaseRow, LeaseState};
 pub use read::{Bounds, Page, Record, check_offset, page_limit, unsigned_offset};
+pub use record::{Header, MAX_HEADER_BYTES, MAX_HEADERS, MAX_MESSAGE_KEY_BYTES, Payload};
 pub use replication::{
     Landed, LocalCopy, OnLanded, Position, ReplicaCounters, Stream, StreamError, VolumeReplica,
 };

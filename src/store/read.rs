@@ -3,26 +3,42 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
+use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension};
-use serde::{Deserialize, Serialize};
 
 use super::batch::record_checksum;
 use super::lock;
+use super::record::{Header, Payload, stored_parts};
 use super::{LogStore, StoreError, segment};
 use crate::cold::SegmentKey;
 
 /// One stored record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Record {
     /// Position in the partition's log.
     pub offset: u64,
     /// The deduplication key it was appended with, if any.
     pub key: Option<String>,
-    /// The record's body, as JSON text.
-    pub payload: String,
+    /// The record's body.
+    pub payload: Payload,
+    /// Its message key (Kafka's record key), if any.
+    pub message_key: Option<Vec<u8>>,
+    /// Its headers, in order.
+    pub headers: Vec<Header>,
     /// When its batch was appended, in ms since the Unix epoch.
     pub appended_at: i64,
+}
+
+/// A record's row as read, before its checksum is checked and its parts decoded.
+pub(super) struct StoredRow {
+    pub offset: u64,
+    pub key: Option<String>,
+    /// `records.payload`: JSON text, or a blob.
+    pub payload: Value,
+    /// `records.meta`.
+    pub meta: Option<Vec<u8>>,
+    pub appended_at: i64,
+    pub checksum: Option<i64>,
 }
 
 /// A page of records and where to continue.
@@ -334,33 +350,33 @@ impl LogStore {
     ) -> Result<Vec<Record>, StoreError> {
         let mut records: Vec<Record> = {
             let mut statement = tx.prepare_cached(
-                "SELECT i.offset, r.dedup_key, r.payload, r.appended_at, r.checksum
+                "SELECT i.offset, r.dedup_key, r.payload, r.meta, r.appended_at, r.checksum
                  FROM record_index AS i JOIN records AS r ON r.seq = i.seq
                  WHERE i.partition = ?1 AND i.offset >= ?2 AND i.offset < ?3
                  ORDER BY i.offset LIMIT ?4",
             )?;
-            let rows = statement.query_map(
-                rusqlite::params![self.key, from, view.next_offset, limit as u64],
-                |row| {
-                    let record = Record {
-                        offset: row.get(0)?,
-                        key: row.get(1)?,
-                        payload: row.get(2)?,
-                        appended_at: row.get(3)?,
-                    };
-                    Ok((record, row.get(4)?))
-                },
-            )?;
+            let mut rows = statement.query(rusqlite::params![
+                self.key,
+                from,
+                view.next_offset,
+                limit as u64
+            ])?;
             let mut records = Vec::new();
-            for row in rows {
-                let (record, checksum) = row?;
-                records.push(self.checked(record, checksum)?);
+            while let Some(row) = rows.next()? {
+                records.push(self.checked(StoredRow {
+                    offset: row.get(0)?,
+                    key: row.get(1)?,
+                    payload: row.get(2)?,
+                    meta: row.get(3)?,
+                    appended_at: row.get(4)?,
+                    checksum: row.get(5)?,
+                })?);
             }
             records
         };
         let mut next = records.last().map_or(from, |last| last.offset + 1);
         let mut by_seq = tx.prepare_cached(
-            "SELECT dedup_key, payload, appended_at, checksum FROM records WHERE seq = ?1",
+            "SELECT dedup_key, payload, meta, appended_at, checksum FROM records WHERE seq = ?1",
         )?;
         for &(offset, seq) in &view.rows {
             if records.len() >= limit || offset > next {
@@ -369,21 +385,22 @@ impl LogStore {
             if offset < next {
                 continue; // indexed since the view was taken: already read
             }
-            let record = by_seq
+            let row = by_seq
                 .query_row([seq], |row| {
-                    let record = Record {
+                    Ok(StoredRow {
                         offset,
                         key: row.get(0)?,
                         payload: row.get(1)?,
-                        appended_at: row.get(2)?,
-                    };
-                    Ok((record, row.get(3)?))
+                        meta: row.get(2)?,
+                        appended_at: row.get(3)?,
+                        checksum: row.get(4)?,
+                    })
                 })
                 .optional()?;
-            let Some((record, checksum)) = record else {
+            let Some(row) = row else {
                 break;
             };
-            records.push(self.checked(record, checksum)?);
+            records.push(self.checked(row)?);
             next += 1;
         }
         self.check_contiguous(
@@ -423,24 +440,38 @@ impl LogStore {
         }
     }
 
-    /// `record` if it matches the checksum stored with it (rows written before checksums
-    /// have none); else `corrupted`, which marks the volume damaged.
-    pub(super) fn checked(
-        &self,
-        record: Record,
-        checksum: Option<i64>,
-    ) -> Result<Record, StoreError> {
-        let expected = record_checksum(record.offset, record.key.as_deref(), &record.payload);
-        match checksum {
-            Some(stored) if stored != i64::from(expected) => Err(StoreError::Corrupted {
+    /// The record of `row` if its columns, as stored, match the checksum stored with them
+    /// (rows written before checksums have none); else `corrupted`, which marks the volume
+    /// damaged. The scrub checks the same bytes.
+    pub(super) fn checked(&self, row: StoredRow) -> Result<Record, StoreError> {
+        let payload: &[u8] = match &row.payload {
+            Value::Text(text) => text.as_bytes(),
+            Value::Blob(bytes) => bytes,
+            _ => &[],
+        };
+        let expected =
+            record_checksum(row.offset, row.key.as_deref(), payload, row.meta.as_deref());
+        if row
+            .checksum
+            .is_some_and(|stored| stored != i64::from(expected))
+        {
+            return Err(StoreError::Corrupted {
                 reason: format!(
                     "record {} of {} fails its checksum: it was altered in the database",
-                    record.offset,
+                    row.offset,
                     self.describe()
                 ),
-            }),
-            _ => Ok(record),
+            });
         }
+        let (payload, meta) = stored_parts(row.payload, row.meta)?;
+        Ok(Record {
+            offset: row.offset,
+            key: row.key,
+            payload,
+            message_key: meta.message_key,
+            headers: meta.headers,
+            appended_at: row.appended_at,
+        })
     }
 
     /// Names the partition in log lines.

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use rusqlite::{Connection, params};
 
 use super::due::store_due_at;
+use super::read::StoredRow;
 use super::segment::{self, Encoded};
 use super::tail::{Due, Retention};
 use super::{Fault, LogStore, Record, Sees, StoreError, Tail, lock};
@@ -395,7 +396,8 @@ fn plan_pass(
         end_bytes,
     } = tail;
     let mut statement = tx.prepare_cached(
-        "SELECT i.offset, r.dedup_key, r.payload, r.appended_at, r.bytes, r.end_bytes, r.checksum
+        "SELECT i.offset, r.dedup_key, r.payload, r.appended_at, r.bytes, r.end_bytes, r.checksum,
+                r.meta
          FROM record_index AS i JOIN records AS r ON r.seq = i.seq
          WHERE i.partition = ?1 ORDER BY i.offset LIMIT ?2",
     )?;
@@ -428,13 +430,14 @@ fn plan_pass(
         over_bytes = over_bytes.map(|over| over - i128::from(bytes));
         pass.bytes += bytes;
         // Checked before it is flushed: a cold segment gets a checksum of its own.
-        let record = Record {
+        pass.records.push(store.checked(StoredRow {
             offset,
             key: row.get(1)?,
             payload: row.get(2)?,
+            meta: row.get(7)?,
             appended_at,
-        };
-        pass.records.push(store.checked(record, row.get(6)?)?);
+            checksum: row.get(6)?,
+        })?);
     }
     // A flush never writes a segment with a hole.
     if let Some(first) = pass.records.first() {

@@ -150,6 +150,14 @@ pub(super) const MIGRATIONS: &[&str] = &[
         seq  INTEGER NOT NULL
     );
     ",
+    // 7: what a record holds beyond a JSON payload and a deduplication key. Older rows have
+    // none and are read as before.
+    "
+    -- NULL for a plain JSON record; else its tombstone flag, message key and headers (see
+    -- `record.rs`). `payload` holds a JSON payload as text and a binary one as a blob (an
+    -- empty blob for a tombstone); `bytes` counts either.
+    ALTER TABLE records ADD COLUMN meta BLOB;
+    ",
 ];
 
 /// The schema version this program writes.
@@ -204,5 +212,97 @@ mod tests {
             )
             .unwrap();
         assert_eq!(offset, 7);
+    }
+
+    /// A volume of version 6 keeps its records through migration 7: the row is unchanged, its
+    /// payload still text, its `meta` NULL, so it reads as a plain JSON record with no parts,
+    /// and the checksum written under version 6 (CRC-32C of the payload, then the key, with
+    /// the offset folded in) still matches it; the volume is at the current version.
+    #[test]
+    fn a_version_6_volume_keeps_its_records_without_parts() {
+        use rusqlite::types::Value;
+
+        use crate::store::batch::record_checksum;
+        use crate::store::record::{Payload, stored_parts};
+
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..6] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 6).unwrap();
+        let (offset, key, payload) = (3_u64, "k", "{\"n\":3}");
+        let version_6_checksum = {
+            let crc = crc32c::crc32c(payload.as_bytes());
+            let crc =
+                crc32c::crc32c_append(crc, key.as_bytes()) ^ (key.len() as u32).rotate_left(16);
+            crc ^ (offset as u32) ^ ((offset >> 32) as u32).rotate_left(8)
+        };
+        conn.execute(
+            "INSERT INTO records (seq, partition, offset, dedup_key, payload, bytes, end_bytes,
+                                  appended_at, checksum)
+             VALUES (1, 1, ?1, ?2, ?3, 7, 7, 1800000000000, ?4)",
+            rusqlite::params![offset, key, payload, version_6_checksum],
+        )
+        .unwrap();
+
+        migrate(&mut conn).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, CURRENT_VERSION);
+        type Row = (i64, i64, u64, String, String, String, i64, i64, i64, i64);
+        let row: Row = conn
+            .query_row(
+                "SELECT seq, partition, offset, dedup_key, payload, typeof(payload), bytes,
+                        end_bytes, appended_at, checksum FROM records",
+                [],
+                |row| {
+                    Ok((
+                        row.get(0)?,
+                        row.get(1)?,
+                        row.get(2)?,
+                        row.get(3)?,
+                        row.get(4)?,
+                        row.get(5)?,
+                        row.get(6)?,
+                        row.get(7)?,
+                        row.get(8)?,
+                        row.get(9)?,
+                    ))
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            row,
+            (
+                1,
+                1,
+                offset,
+                key.to_owned(),
+                payload.to_owned(),
+                "text".to_owned(),
+                7,
+                7,
+                1_800_000_000_000,
+                i64::from(version_6_checksum),
+            )
+        );
+        let (stored, meta): (Value, Option<Vec<u8>>) = conn
+            .query_row(
+                "SELECT payload, meta FROM records WHERE seq = 1",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(meta, None);
+        let (read, parts) = stored_parts(stored, meta).unwrap();
+        assert_eq!(read, Payload::json(payload));
+        assert!(!parts.tombstone);
+        assert_eq!(parts.message_key, None);
+        assert!(parts.headers.is_empty());
+        assert_eq!(
+            record_checksum(offset, Some(key), payload.as_bytes(), None),
+            version_6_checksum
+        );
     }
 }

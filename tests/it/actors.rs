@@ -137,7 +137,11 @@ async fn a_failed_commit_restarts_the_partition() {
         "the failed batch left nothing behind"
     );
     let page = t.log.read("events", 0, Some(0), None).await.unwrap();
-    let payloads: Vec<&str> = page.records.iter().map(|r| r.payload.as_str()).collect();
+    let payloads: Vec<&str> = page
+        .records
+        .iter()
+        .map(|r| r.payload.as_json().unwrap())
+        .collect();
     assert_eq!(payloads, vec!["\"a\"", "\"b\""]);
 }
 
@@ -368,7 +372,7 @@ async fn appends_from_other_threads_race_partitions_closing_for_room() {
             stored.extend(
                 records
                     .into_iter()
-                    .map(|record| (record.offset, record.payload)),
+                    .map(|record| (record.offset, record.payload.as_json().unwrap().to_owned())),
             );
         }
         assert_eq!(stored, expected, "partition {partition}");
@@ -447,7 +451,8 @@ async fn keyed_events_are_routed_and_validated_whole() {
     let event = |key: &str, text: &str| Event {
         partition_key: key.into(),
         key: None,
-        payload: serde_json::to_string(text).unwrap(),
+        payload: serde_json::to_string(text).unwrap().into(),
+        headers: Vec::new(),
     };
     // "user-1" → partition 4 and "user-2" → partition 3 of 8 (as in the README's Quick start).
     let outcome = t

@@ -55,8 +55,8 @@ fn closed_port() -> SocketAddr {
 }
 
 /// A payload as the JSON value it holds.
-fn value(payload: &serde_json::value::RawValue) -> Value {
-    serde_json::from_str(payload.get()).expect("a JSON payload")
+fn value(payload: &Option<Box<serde_json::value::RawValue>>) -> Value {
+    serde_json::from_str(payload.as_ref().expect("a JSON payload").get()).expect("JSON")
 }
 
 /// The README's quick start through the client: keyed events, a group poll and its commit, a

@@ -288,7 +288,8 @@ fn an_embedded_node_polls_commits_produces_and_lists_across_the_cluster_as_rest_
                 .map(|n| Event {
                     partition_key: format!("user-{n}"),
                     key: Some(format!("e-{n}")),
-                    payload: format!("{{\"n\":{n}}}"),
+                    payload: format!("{{\"n\":{n}}}").into(),
+                    headers: Vec::new(),
                 })
                 .collect();
             let placed = match log.append_events(TOPIC, events).await {

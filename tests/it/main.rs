@@ -21,6 +21,7 @@ mod http_errors;
 mod leases;
 mod metrics;
 mod openapi;
+mod record_parts;
 mod replication;
 mod retention;
 mod retention_alarm;

@@ -163,7 +163,8 @@ async fn producer(log: Log, soak: Shared, id: usize, deadline: Instant) {
                 .map(|j| Event {
                     partition_key: format!("user-{}", rng.below(1000)),
                     key: Some(format!("p{id}-{n}-{j}")),
-                    payload: payload(id, n, j, rng.below(200) as usize),
+                    payload: payload(id, n, j, rng.below(200) as usize).into(),
+                    headers: Vec::new(),
                 })
                 .collect(),
         };
@@ -190,7 +191,7 @@ async fn producer(log: Log, soak: Shared, id: usize, deadline: Instant) {
                 soak.acknowledge(
                     (TOPIC, *partition, *offset),
                     Some(key.clone()),
-                    event.payload.clone(),
+                    event.payload.as_json().expect("a JSON payload").to_owned(),
                 );
                 match soak.keys.get(&key).copied() {
                     None => {

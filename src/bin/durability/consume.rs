@@ -36,7 +36,8 @@ pub(crate) struct Consume {
     #[arg(short = 'n', long)]
     count: Option<u64>,
     /// `json` (a JSON object a line), or a format: %t topic, %p partition, %o offset, %k
-    /// key, %s payload, %T time (ms since the epoch), %% a percent sign, \n and \t.
+    /// key, %s payload (its JSON, or base64 for a binary one), %T time (ms since the epoch), %%
+    /// a percent sign, \n and \t.
     #[arg(short, long, default_value = "json")]
     format: String,
     #[command(flatten)]
@@ -206,15 +207,20 @@ impl Consume {
     /// Adds `record` of `partition` to `lines`, as `--format` says.
     fn render(&self, lines: &mut String, partition: u32, record: &RecordJson) {
         if self.format == "json" {
-            let line = serde_json::json!({
-                "topic": self.topic,
-                "partition": partition,
-                "offset": record.offset,
-                "key": record.key,
-                "payload": record.payload,
-                "appendedAt": record.appended_at,
-            });
-            lines.push_str(&line.to_string());
+            /// A record with its topic and partition, as `--format json` prints it.
+            #[derive(serde::Serialize)]
+            struct Line<'a> {
+                topic: &'a str,
+                partition: u32,
+                #[serde(flatten)]
+                record: &'a RecordJson,
+            }
+            let line = Line {
+                topic: &self.topic,
+                partition,
+                record,
+            };
+            lines.push_str(&serde_json::to_string(&line).expect("a record serializes"));
             lines.push('\n');
         } else {
             lines.push_str(&formatted(&self.format, &self.topic, partition, record));
@@ -244,7 +250,11 @@ fn formatted(format: &str, topic: &str, partition: u32, record: &RecordJson) -> 
                     'p' => line.push_str(&partition.to_string()),
                     'o' => line.push_str(&record.offset.to_string()),
                     'k' => line.push_str(record.key.as_deref().unwrap_or("")),
-                    's' => line.push_str(record.payload.get()),
+                    's' => line.push_str(match (&record.payload, &record.payload_base64) {
+                        (Some(json), _) => json.get(),
+                        (None, Some(base64)) => base64,
+                        (None, None) => "",
+                    }),
                     'T' => line.push_str(&record.appended_at.to_string()),
                     other => {
                         line.push('%');
@@ -287,7 +297,12 @@ mod tests {
         let record = RecordJson {
             offset: 7,
             key: Some("k1".into()),
-            payload: serde_json::value::to_raw_value(&serde_json::json!({"a": 1})).unwrap(),
+            payload: Some(serde_json::value::to_raw_value(&serde_json::json!({"a": 1})).unwrap()),
+            payload_base64: None,
+            tombstone: false,
+            message_key: None,
+            message_key_base64: None,
+            headers: None,
             appended_at: 1_800_000_000_000,
         };
         assert_eq!(

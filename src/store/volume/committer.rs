@@ -26,6 +26,7 @@ use super::{INDEX_EVERY_ROWS, Shared, Writer};
 use crate::store::batch::{AppendOutcome, NewRecord, record_checksum};
 use crate::store::commit_queue::{AppendRequest, Next};
 use crate::store::due::store_due_at;
+use crate::store::record::Meta;
 use crate::store::replication::StreamError;
 use crate::store::tail::{Due, PartitionTail, Tail};
 use crate::store::{StoreError, lock};
@@ -538,8 +539,8 @@ impl Shared {
         let mut partitions: HashMap<i64, Staged> = HashMap::new();
         let mut outcomes = Vec::with_capacity(group.len());
         let mut insert = tx.prepare_cached(
-            "INSERT INTO records (seq, partition, offset, dedup_key, payload, bytes, end_bytes, appended_at, checksum)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            "INSERT INTO records (seq, partition, offset, dedup_key, payload, bytes, end_bytes, appended_at, checksum, meta)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
         )?;
         for request in group {
             let staged = partitions
@@ -642,16 +643,23 @@ impl Shared {
             staged.tail.end_bytes += bytes;
             *last_seq += 1;
             let seq = *last_seq;
+            let meta = Meta::encode(
+                &record.payload,
+                record.message_key.as_deref(),
+                &record.headers,
+            );
+            let payload = record.payload.as_bytes();
             insert.execute(params![
                 seq,
                 key,
                 offset,
                 dedup_key,
-                record.payload,
+                record.payload.column(),
                 bytes,
                 staged.tail.end_bytes,
                 appended_at,
-                record_checksum(offset, dedup_key, &record.payload)
+                record_checksum(offset, dedup_key, payload, meta.as_deref()),
+                meta
             ])?;
             staged.rows.push((offset, seq));
             if let Some(dedup_key) = dedup_key {

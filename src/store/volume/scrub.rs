@@ -379,7 +379,7 @@ impl<'a> Pass<'a> {
             let started = Instant::now();
             let (read, last) = self.in_snapshot(|conn| {
                 let mut statement = conn.prepare_cached(
-                    "SELECT seq, partition, offset, dedup_key, payload, checksum FROM records
+                    "SELECT seq, partition, offset, dedup_key, payload, checksum, meta FROM records
                      WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT ?3",
                 )?;
                 let mut rows = statement.query(params![after, self.end_seq, CHUNK_ROWS])?;
@@ -398,17 +398,19 @@ impl<'a> Pass<'a> {
                         )));
                     }
                     previous = seq;
-                    let (Some(key), Some(Some(payload))) =
-                        (text(row.get_ref(3)?), text(row.get_ref(4)?))
-                    else {
+                    let (Some(key), Some(payload), Some(meta)) = (
+                        text(row.get_ref(3)?),
+                        bytes(row.get_ref(4)?),
+                        blob(row.get_ref(6)?),
+                    ) else {
                         return Err(found(format!(
-                            "{} holding something other than text",
+                            "{} holding a value of the wrong type",
                             record()
                         )));
                     };
                     let checksum: Option<i64> = row.get(5)?;
                     if checksum.is_some_and(|stored| {
-                        stored != i64::from(record_checksum(offset, key, payload))
+                        stored != i64::from(record_checksum(offset, key, payload, meta))
                     }) {
                         return Err(found(format!(
                             "{} failing its checksum: it was altered in the database",
@@ -584,6 +586,23 @@ fn text(value: ValueRef<'_>) -> Option<Option<&str>> {
     match value {
         ValueRef::Null => Some(None),
         ValueRef::Text(text) => std::str::from_utf8(text).ok().map(Some),
+        _ => None,
+    }
+}
+
+/// A payload's bytes: JSON text or a binary blob; `None` for any other type.
+fn bytes(value: ValueRef<'_>) -> Option<&[u8]> {
+    match value {
+        ValueRef::Text(bytes) | ValueRef::Blob(bytes) => Some(bytes),
+        _ => None,
+    }
+}
+
+/// A nullable blob column; `None` for any other type.
+fn blob(value: ValueRef<'_>) -> Option<Option<&[u8]>> {
+    match value {
+        ValueRef::Null => Some(None),
+        ValueRef::Blob(bytes) => Some(Some(bytes)),
         _ => None,
     }
 }

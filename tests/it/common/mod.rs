@@ -229,7 +229,8 @@ pub fn entries(page: &Page) -> Vec<(u64, String)> {
     page.records
         .iter()
         .map(|record| {
-            let text = serde_json::from_str(&record.payload).expect("payload is a JSON string");
+            let text = serde_json::from_str(record.payload.as_json().expect("a JSON payload"))
+                .expect("payload is a JSON string");
             (record.offset, text)
         })
         .collect()

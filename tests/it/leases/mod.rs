@@ -62,7 +62,8 @@ fn lease_entries(lease: &Lease) -> Vec<(u64, String)> {
         .records
         .iter()
         .map(|record| {
-            let text = serde_json::from_str(&record.payload).expect("payload is a JSON string");
+            let text = serde_json::from_str(record.payload.as_json().expect("a JSON payload"))
+                .expect("payload is a JSON string");
             (record.offset, text)
         })
         .collect()

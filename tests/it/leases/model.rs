@@ -411,7 +411,7 @@ impl Model {
         let got: Vec<(u64, &str)> = lease
             .records
             .iter()
-            .map(|r| (r.offset, r.payload.as_str()))
+            .map(|r| (r.offset, r.payload.as_json().unwrap()))
             .collect();
         let want: Vec<(u64, &str)> = (lease.first_offset..=lease.last_offset)
             .map(|offset| (offset, self.bodies[offset as usize].as_str()))

@@ -387,8 +387,11 @@ impl Model {
                 if let Some(key) = &record.key {
                     self.offsets_by_key.insert(key.clone(), offset);
                 }
-                self.records
-                    .push((offset, record.key.clone(), record.payload.clone()));
+                self.records.push((
+                    offset,
+                    record.key.clone(),
+                    record.payload.as_json().unwrap().to_owned(),
+                ));
                 offset
             })
             .collect()
@@ -401,7 +404,7 @@ fn to_batch(inputs: &[Input]) -> Vec<NewRecord> {
         .iter()
         .map(|(key, text)| NewRecord {
             key: key.map(|k| format!("key-{k}")),
-            payload: body(text),
+            ..NewRecord::new(body(text))
         })
         .collect()
 }
@@ -454,7 +457,7 @@ proptest! {
 
         let read: Vec<(u64, Option<String>, String)> = read_all(&t.store, page_size)
             .into_iter()
-            .map(|record| (record.offset, record.key, record.payload))
+            .map(|record| (record.offset, record.key, record.payload.as_json().unwrap().to_owned()))
             .collect();
         prop_assert_eq!(read, model.records);
     }

@@ -30,7 +30,10 @@ fn keyed(records: &[(&str, &str)]) -> Vec<NewRecord> {
 fn bodies(page: &Page) -> Vec<String> {
     page.records
         .iter()
-        .map(|record| serde_json::from_str(&record.payload).expect("payload is a JSON string"))
+        .map(|record| {
+            serde_json::from_str(record.payload.as_json().expect("a JSON payload"))
+                .expect("payload is a JSON string")
+        })
         .collect()
 }
 
