@@ -136,6 +136,7 @@ pub mod config;
 pub mod error;
 mod error_code;
 pub mod http;
+pub mod kafka;
 pub mod load;
 pub mod log;
 pub(crate) mod memory;

@@ -98,6 +98,9 @@ pub struct Member {
     pub url: String,
     /// Its incarnation (its replica stream).
     pub inc: u64,
+    /// Where Kafka clients reach it (`host:port`), when it runs a Kafka listener.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<String>,
 }
 
 /// Who owns a volume.
@@ -167,6 +170,8 @@ impl std::fmt::Debug for Cluster {
 struct Shared {
     node: String,
     url: String,
+    /// Where Kafka clients reach this node, registered with it.
+    kafka: OnceLock<String>,
     prefix: String,
     /// etcd (an in-memory double in unit tests); the lease keeper asks it for a client of its
     /// own.
@@ -438,6 +443,7 @@ impl Cluster {
             .map(|(node, member)| {
                 let status = MemberStatus {
                     url: member.url.clone(),
+                    kafka: member.kafka.clone(),
                     inc: member.inc,
                     volumes: Vec::new(),
                 };
@@ -472,6 +478,34 @@ impl Cluster {
             .filter(|(node, _)| **node != self.shared.node)
             .map(|(_, member)| member.url.clone())
             .collect()
+    }
+
+    /// Registers, with this node, where Kafka clients reach it (before it serves).
+    pub(crate) fn advertise_kafka(&self, address: String) {
+        let _ = self.shared.kafka.set(address);
+    }
+
+    /// Every live node that runs a Kafka listener, by name, with its address.
+    pub fn kafka_brokers(&self) -> Vec<(String, String)> {
+        let view = read_lock(&self.shared.view);
+        view.members
+            .iter()
+            .filter_map(|(node, member)| Some((node.clone(), member.kafka.clone()?)))
+            .collect()
+    }
+
+    /// The node serving volume `volume` now, by name: this one, or the live owner this node
+    /// last saw; `None` while no node does.
+    pub fn server_of(&self, volume: usize) -> Option<String> {
+        match self.route(volume) {
+            Route::Local => Some(self.shared.node.clone()),
+            Route::Unowned => None,
+            Route::Remote(_) => {
+                let view = read_lock(&self.shared.view);
+                let owner = view.owners.get(volume)?.as_ref()?;
+                Some(owner.node.clone())
+            }
+        }
     }
 
     /// How many volumes this node holds and serves.
@@ -543,6 +577,9 @@ pub struct ClusterStatus {
 pub struct MemberStatus {
     /// How other nodes reach it.
     pub url: String,
+    /// Where Kafka clients reach it (`host:port`), when it runs a Kafka listener.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kafka: Option<String>,
     /// Its incarnation: its replica stream, sealed when another node takes its volumes.
     pub inc: u64,
     /// The volumes it owns.
@@ -635,6 +672,7 @@ impl Shared {
         Self {
             node: node.to_owned(),
             url: url.trim_end_matches('/').to_owned(),
+            kafka: OnceLock::new(),
             prefix,
             etcd,
             ttl,
@@ -738,6 +776,7 @@ impl Shared {
         let member = Member {
             url: self.url.clone(),
             inc,
+            kafka: self.kafka.get().cloned(),
         };
         let value = serde_json::to_vec(&member).expect("serializes");
         self.etcd.put(&key, &value, lease).await?;
@@ -860,6 +899,7 @@ impl Shared {
         let member = Member {
             url: self.url.clone(),
             inc,
+            kafka: self.kafka.get().cloned(),
         };
         let value = serde_json::to_vec(&member).expect("serializes");
         etcd.put(&self.member_key(&self.node), &value, lease)

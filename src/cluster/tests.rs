@@ -200,7 +200,8 @@ async fn join_registers_this_incarnation_under_its_lease() {
         member,
         Member {
             url: url("a"),
-            inc: 7
+            inc: 7,
+            kafka: None,
         }
     );
     a.shared().read_view().await.unwrap();

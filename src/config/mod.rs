@@ -13,6 +13,7 @@ mod cluster;
 mod cold;
 mod error;
 mod folders;
+mod kafka;
 mod leases;
 mod log;
 mod partitions;
@@ -33,6 +34,7 @@ pub use auth::{AuthSettings, TokenSettings};
 pub use cluster::{ClusterSettings, NodeTlsSettings};
 pub use cold::{ColdKind, ColdSettings};
 pub use error::ConfigError;
+pub use kafka::KafkaSettings;
 pub use leases::LeaseSettings;
 // `self::`, because the `log` crate has the same name.
 pub use self::log::{LogSettings, MAX_BATCH_SIZE, MAX_PARTITIONS_PER_TOPIC};
@@ -94,6 +96,8 @@ pub struct Config {
     pub cluster: ClusterSettings,
     /// `[auth]`: the scoped credentials, besides `server.auth_token`.
     pub auth: AuthSettings,
+    /// `[kafka]`: the Kafka protocol listener.
+    pub kafka: KafkaSettings,
     /// `[topics.<name>]`: per-topic settings, already merged over the global sections.
     pub topics: BTreeMap<String, TopicSettings>,
 }
@@ -375,6 +379,7 @@ impl Config {
         // stays stable: hence `[storage]` in two steps, its folder first and its counts after
         // the sections that depend on one another.
         self.server.validate()?;
+        self.kafka.validate()?;
         self.auth.validate(&self.server.auth_token)?;
         self.storage.validate_data_dir()?;
         self.cold.validate()?;
@@ -398,6 +403,17 @@ impl Config {
                 "cluster.secret",
                 "a cluster whose server needs tokens needs a secret its nodes prove themselves \
                  with (cluster.secret, or server.auth_token)",
+            ));
+        }
+        if self.cluster.enabled()
+            && self.kafka.enabled()
+            && self.kafka.advertised_in(&self.cluster).is_none()
+        {
+            // Each node tells Kafka clients where the others are: it must know its own.
+            return Err(ConfigError::invalid(
+                "kafka.advertised",
+                "a cluster's node with a Kafka listener on port 0 needs the host:port its \
+                 clients reach it at",
             ));
         }
         self.partitions.validate()?;

@@ -6,7 +6,7 @@
 //! (`413 payload_too_large`) and decoded here, so malformed JSON, wrong types and missing
 //! fields all answer `400 invalid_request` in the contract's JSON error shape.
 
-mod auth;
+pub(crate) mod auth;
 mod consume;
 pub mod error;
 mod forward;

@@ -76,7 +76,11 @@ impl LogBuilder {
         let replica_counters = Arc::new(ReplicaCounters::default());
         let cluster = if config.cluster.enabled() {
             let node = config.replication.node();
-            Some(Cluster::connect(&config.cluster, &node)?)
+            let cluster = Cluster::connect(&config.cluster, &node)?;
+            if let Some(kafka) = config.kafka.advertised_in(&config.cluster) {
+                cluster.advertise_kafka(kafka);
+            }
+            Some(cluster)
         } else {
             None
         };

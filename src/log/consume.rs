@@ -63,13 +63,35 @@ impl Log {
         let id = self.partition(topic, partition)?;
         let signal = self.inner.signals.partition(&id);
         until_records(
-            &signal,
+            &[&signal],
             &self.inner.waits_released,
             wait,
             async || self.read(topic, partition, from, limit).await,
             |page| !page.records.is_empty(),
         )
         .await
+    }
+
+    /// The long-poll of [`read_wait`](Self::read_wait) and [`poll`](Self::poll) for any read:
+    /// answers `read`'s first answer that `found` accepts, or its answer once `wait` has
+    /// passed, reading again whenever a record is appended to one of `topics` (no polling).
+    /// What a front end with reads of its own, such as a Kafka fetch, waits with.
+    ///
+    /// # Errors
+    /// `read`'s.
+    pub async fn read_until<T>(
+        &self,
+        topics: &[&str],
+        wait: Duration,
+        read: impl AsyncFnMut() -> Result<T, Error>,
+        found: impl Fn(&T) -> bool,
+    ) -> Result<T, Error> {
+        let signals: Vec<_> = topics
+            .iter()
+            .map(|topic| self.inner.signals.topic(topic))
+            .collect();
+        let signals: Vec<&tokio::sync::Notify> = signals.iter().map(AsRef::as_ref).collect();
+        until_records(&signals, &self.inner.waits_released, wait, read, found).await
     }
 
     /// Reads every partition of `topic` from `group`'s cursor (or the oldest readable offset
@@ -145,7 +167,7 @@ impl Log {
             Ok(pages)
         };
         until_records(
-            &signal,
+            &[&signal],
             &self.inner.waits_released,
             wait,
             read_all,

@@ -6,10 +6,11 @@ use std::time::{Duration, Instant};
 use crate::error::Error;
 
 /// Calls `read` until its answer holds records (`found`) or `wait` has passed, sleeping on
-/// `signal` in between: the one long-poll rule for reads and group polls. The wake-up is
-/// registered before each read, so a commit between the read and the wait still wakes it.
+/// `signals` in between (any of them wakes it): the one long-poll rule for reads, group polls
+/// and the Kafka listener's fetches. The wake-ups are registered before each read, so a commit
+/// between the read and the wait still wakes it.
 pub(super) async fn until_records<T>(
-    signal: &tokio::sync::Notify,
+    signals: &[&tokio::sync::Notify],
     released: &WaitsReleased,
     wait: Duration,
     mut read: impl AsyncFnMut() -> Result<T, Error>,
@@ -17,10 +18,15 @@ pub(super) async fn until_records<T>(
 ) -> Result<T, Error> {
     let deadline = Instant::now() + wait;
     loop {
-        let appended = signal.notified();
+        let mut appended: Vec<_> = signals
+            .iter()
+            .map(|signal| Box::pin(signal.notified()))
+            .collect();
         let stopping = released.notify.notified();
-        tokio::pin!(appended, stopping);
-        appended.as_mut().enable();
+        tokio::pin!(stopping);
+        for notified in &mut appended {
+            notified.as_mut().enable();
+        }
         stopping.as_mut().enable();
         let answer = read().await?;
         let remaining = deadline.saturating_duration_since(Instant::now());
@@ -30,12 +36,20 @@ pub(super) async fn until_records<T>(
         // Woken or timed out, read again: after the deadline that read is the answer.
         let _ = actix::clock::timeout(remaining, async {
             tokio::select! {
-                () = appended => {}
+                () = any(appended) => {}
                 () = stopping => {}
             }
         })
         .await;
     }
+}
+
+/// Resolves when any of `notified` does; never, for none.
+async fn any<F: std::future::Future<Output = ()> + Unpin>(notified: Vec<F>) {
+    if notified.is_empty() {
+        std::future::pending::<()>().await;
+    }
+    futures_util::future::select_all(notified).await;
 }
 
 /// Whether long-polls must answer at once, and their wake-up when that starts.

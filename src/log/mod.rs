@@ -353,6 +353,11 @@ impl Log {
         self.inner.volumes.scrub_counters()
     }
 
+    /// The log's clock (append times are read from it), in ms since the Unix epoch.
+    pub fn now_ms(&self) -> i64 {
+        self.inner.clock.now_ms()
+    }
+
     /// This node's part in a cluster (`[cluster]`), if it is in one.
     pub fn cluster(&self) -> Option<&Cluster> {
         self.inner.cluster.as_ref()
@@ -369,6 +374,16 @@ impl Log {
             placement: self.inner.cluster.as_ref()?,
             peers: self.inner.peers.as_deref()?,
         })
+    }
+
+    /// Whether this node holds partition `index` of `topic` (always, outside a cluster): a
+    /// front end that serves only what its node holds, as Kafka brokers do, asks it.
+    ///
+    /// # Errors
+    /// Name and partition errors.
+    pub fn holds(&self, topic: &str, index: u32) -> Result<bool, Error> {
+        let id = self.partition(topic, index)?;
+        Ok(self.spread().is_none_or(|spread| spread.is_here(&id)))
     }
 
     /// The partitions of `topic` this node holds (all of them, outside a cluster): what it

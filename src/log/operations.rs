@@ -7,7 +7,7 @@ use crate::error::Error;
 use crate::load::{LoadObserver, LoadSnapshot};
 use crate::names::PartitionId;
 use crate::partition;
-use crate::store::{Bounds, GroupPosition};
+use crate::store::{Bounds, GroupPosition, StoreError};
 
 /// One partition of a topic, as [`Log::describe_topic`] answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -155,6 +155,48 @@ impl Log {
             Some(spread) => spread.bounds(&id, here).await,
             None => here().await,
         }
+    }
+
+    /// The first record of a partition appended at or after `at` (ms since the Unix epoch),
+    /// as `(offset, appended_at)`; `None` when every readable record is older. Append times
+    /// never decrease along a partition, so this is a binary search of single-record reads,
+    /// cold segments included.
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn offset_at_time(
+        &self,
+        topic: &str,
+        partition: u32,
+        at: i64,
+    ) -> Result<Option<(u64, i64)>, Error> {
+        let bounds = self.bounds(topic, partition).await?;
+        let (mut low, mut high) = (bounds.oldest_offset, bounds.next_offset);
+        let mut found = None;
+        // Invariant: every record below `low` is older than `at`; the one at `high`, if read,
+        // is `found`.
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let page = match self.read(topic, partition, Some(middle), Some(1)).await {
+                Ok(page) => page,
+                // Removed by retention meanwhile: what is left starts later.
+                Err(Error::Store(StoreError::Truncated { .. })) => {
+                    low = middle + 1;
+                    continue;
+                }
+                Err(err) => return Err(err),
+            };
+            let Some(record) = page.records.first() else {
+                break;
+            };
+            if record.appended_at >= at {
+                found = Some((record.offset, record.appended_at));
+                high = middle;
+            } else {
+                low = middle + 1;
+            }
+        }
+        Ok(found)
     }
 
     /// A partition's load snapshot.

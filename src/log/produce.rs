@@ -83,6 +83,68 @@ impl Log {
         }
     }
 
+    /// Appends `batches` to one partition in order, each atomically (as [`append`](Self::append)
+    /// does one): what a producer that batches by bytes needs, a batch of more records than
+    /// `max_batch_size` going as several. The batches join the partition's next group commit
+    /// together, so they cost one commit, not one each. Every batch is checked first: if one
+    /// is refused, that refusal is the one answer and nothing is written.
+    ///
+    /// # Errors
+    /// As [`append`](Self::append); after a storage failure some batches may be written.
+    pub async fn append_batches(
+        &self,
+        topic: &str,
+        partition: u32,
+        batches: Vec<Vec<NewRecord>>,
+    ) -> Result<Vec<Appended>, Error> {
+        let id = self.partition(topic, partition)?;
+        if let Some(rejection) = batches.iter().find_map(|batch| self.refusal(topic, batch)) {
+            let load = self.load(topic, partition).await?;
+            return Ok(vec![Appended {
+                outcome: AppendOutcome::Rejected(rejection),
+                load,
+            }]);
+        }
+        let mut answers = Vec::with_capacity(batches.len());
+        let checked = batches;
+        let here = self.spread().is_none_or(|spread| spread.is_here(&id));
+        let shortcut = match self.way(&id, true).await? {
+            Way::Shortcut(shortcut) if here => Some(shortcut),
+            _ => None,
+        };
+        let Some(shortcut) = shortcut else {
+            // Elsewhere, or only through the actor: one batch after the other.
+            for batch in checked {
+                answers.push(self.append_routed(&id, batch).await?);
+            }
+            return Ok(answers);
+        };
+        // Handed to the committer here, in order, before any is awaited.
+        let mut pending = Vec::with_capacity(checked.len());
+        let mut rest = checked.into_iter();
+        for batch in rest.by_ref() {
+            match shortcut.append(batch) {
+                Ok(appended) => pending.push(appended),
+                Err(batch) => {
+                    self.inner.addresses.forget_shortcut(&id, &shortcut);
+                    let mut later = vec![batch];
+                    later.extend(rest.by_ref());
+                    for appended in pending {
+                        answers.push(appended.await?);
+                    }
+                    for batch in later {
+                        answers.push(self.append_routed(&id, batch).await?);
+                    }
+                    return Ok(answers);
+                }
+            }
+        }
+        for appended in pending {
+            answers.push(appended.await?);
+        }
+        Ok(answers)
+    }
+
     /// Why the store would refuse `records` for `topic`, asked before a partition is touched so
     /// that a refusal creates no partition.
     fn refusal(&self, topic: &str, records: &[NewRecord]) -> Option<AppendRejection> {

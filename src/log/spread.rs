@@ -87,6 +87,11 @@ type Here<'f, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'f>>;
 type PolledHere<'f> = Pin<Box<dyn Future<Output = Result<Vec<Page>, Error>> + 'f>>;
 
 impl Spread<'_> {
+    /// Whether this node holds partition `id` now.
+    pub fn is_here(&self, id: &PartitionId) -> bool {
+        matches!(self.placement.place(id), Ok(Place::Here))
+    }
+
     /// `partitions` of `topic` grouped by where they are served.
     fn places(
         &self,

@@ -18,6 +18,7 @@ mod embedded_cluster;
 mod fuzz;
 mod http;
 mod http_errors;
+mod kafka;
 mod leases;
 mod metrics;
 mod openapi;

@@ -80,23 +80,29 @@ pub(crate) async fn serve(config: Config) -> std::io::Result<Served> {
     // Without an access log the middleware is left out: it renders each request's line parts
     // before knowing that nothing will be written.
     let access_log = log::log_enabled!(target: ACCESS_LOG_TARGET, log::Level::Info);
+    let served_metrics = metrics.clone();
     let server = HttpServer::new(move || {
         App::new()
             .wrap(Condition::new(
                 access_log,
                 Logger::new(ACCESS_LOG_FORMAT).log_target(ACCESS_LOG_TARGET),
             ))
-            .configure(http::service_with_metrics(served.clone(), metrics.clone()))
+            .configure(http::service_with_metrics(
+                served.clone(),
+                served_metrics.clone(),
+            ))
     });
     let tls = &config.server.tls;
-    let (server, certificate) = if tls.enabled() {
+    let (server, certificate, kafka_tls) = if tls.enabled() {
         let (tls_config, certificate) =
             durability::tls::server_config(&tls.cert_file, &tls.key_file, tls.client_ca())
                 .map_err(std::io::Error::other)?;
+        // The Kafka listener speaks TLS with the same certificate (reloaded with it).
+        let kafka_tls = Arc::new(tls_config.clone());
         let bound = server.bind_rustls_0_23(&config.server.bind, tls_config);
-        (bound, Some(certificate))
+        (bound, Some(certificate), Some(kafka_tls))
     } else {
-        (server.bind(&config.server.bind), None)
+        (server.bind(&config.server.bind), None, None)
     };
     let server = server.map_err(|err| {
         std::io::Error::new(
@@ -112,6 +118,17 @@ pub(crate) async fn serve(config: Config) -> std::io::Result<Served> {
     for address in server.addrs() {
         // Printed whatever RUST_LOG says, so scripts can find the port that was picked.
         let _ = writeln!(std::io::stdout(), "listening on {scheme}://{address}");
+    }
+    if config.kafka.enabled() {
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        let kafka =
+            durability::kafka::listen(log.clone(), metrics.clone(), kafka_tls, threads).await?;
+        let _ = writeln!(
+            std::io::stdout(),
+            "kafka listening on {} (advertised as {})",
+            kafka.address(),
+            kafka.advertised()
+        );
     }
     let server = server
         .shutdown_timeout(SHUTDOWN_GRACE.as_secs())

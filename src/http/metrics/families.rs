@@ -27,6 +27,8 @@
 //! | `durability_leases` | gauge (lease rows; groups that lease only) | `topic`, `partition`, `group`, `state` |
 //! | `durability_cold_flushes_total` | counter | `result` (`ok`, `error`) |
 //! | `durability_http_request_duration_seconds` | histogram | `method`, `route`, `status` |
+//! | `durability_kafka_request_duration_seconds` | histogram (time to answer a Kafka request, waits of fetches included; its count is the requests) | `api` (`Produce`, `Fetch`, ...), `error` (`none`, or the protocol's error, the worst of the request's parts) |
+//! | `durability_kafka_batches_total` | counter (record batches Kafka producers sent, decoded whole) | `codec` (`none`, `gzip`, `snappy`, `lz4`, `zstd`) |
 //! | `durability_auth_failures_total` | counter (requests refused by their token, or as a node's without the cluster's secret) | `reason` (`missing`, `unknown`, `forbidden`, `node`) |
 //! | `durability_open_partitions` | gauge | |
 //! | `durability_partition_actors` | gauge (actors alive: open partitions, and closed ones not yet dropped) | |
@@ -83,6 +85,8 @@ struct Inner {
     cold_flushes: IntCounterVec,
     auth_failures: IntCounterVec,
     request_duration: HistogramVec,
+    kafka_requests: HistogramVec,
+    kafka_batches: IntCounterVec,
     open_partitions: IntGauge,
     partition_actors: IntGauge,
     partitions_opened: IntCounter,
@@ -281,6 +285,33 @@ impl Metrics {
                     &["method", "route", "status"],
                 ),
             ),
+            kafka_requests: register(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "durability_kafka_request_duration_seconds",
+                        "Time to answer a Kafka request (fetch waits included), per API and error.",
+                    )
+                    .buckets(
+                        prometheus::DEFAULT_BUCKETS
+                            .iter()
+                            .chain(&LONG_BUCKETS)
+                            .copied()
+                            .collect(),
+                    ),
+                    &["api", "error"],
+                ),
+            ),
+            kafka_batches: register(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "durability_kafka_batches_total",
+                        "Record batches Kafka producers sent, by the codec they came compressed with.",
+                    ),
+                    &["codec"],
+                ),
+            ),
             open_partitions: register(
                 &registry,
                 IntGauge::new("durability_open_partitions", "Partitions open now."),
@@ -427,6 +458,20 @@ impl Metrics {
             .request_duration
             .with_label_values(&[method, route, status.as_str()])
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// Records how long a Kafka request of `api` took, and its error (`none`, or the
+    /// protocol's name of it).
+    pub fn kafka_request(&self, api: &str, error: &str, elapsed: Duration) {
+        self.inner
+            .kafka_requests
+            .with_label_values(&[api, error])
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// Counts a record batch a Kafka producer sent compressed with `codec` (`none` too).
+    pub fn kafka_batch(&self, codec: &str) {
+        self.inner.kafka_batches.with_label_values(&[codec]).inc();
     }
 
     /// Refreshes the consumer-lag and lease gauges of the open partitions of the topics with

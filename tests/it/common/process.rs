@@ -36,6 +36,8 @@ pub struct Server {
     child: Child,
     /// Where it listens.
     pub addr: SocketAddr,
+    /// Where its Kafka listener listens, when `DURABILITY__KAFKA__BIND` started one.
+    pub kafka: Option<SocketAddr>,
 }
 
 impl Server {
@@ -85,23 +87,41 @@ impl Server {
             .spawn()
             .expect("start the server binary");
         let stdout = child.stdout.take().expect("piped stdout");
+        let kafka = env
+            .iter()
+            .any(|(name, value)| name == "DURABILITY__KAFKA__BIND" && !value.is_empty());
         let (announce, announced) = mpsc::channel();
-        // Reads the address, then keeps draining stdout until the process dies.
+        // Reads the addresses (the Kafka listener's after the HTTP one), then keeps draining
+        // stdout until the process dies.
         thread::spawn(move || {
+            let mut http = None;
             let mut announce = Some(announce);
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 let addr = line
                     .split_once("listening on http://")
-                    .or_else(|| line.split_once("listening on https://"));
-                if let Some((_, addr)) = addr
-                    && let Some(announce) = announce.take()
+                    .or_else(|| line.split_once("listening on https://"))
+                    .map(|(_, addr)| addr.trim().to_owned());
+                let kafka_addr = line
+                    .strip_prefix("kafka listening on ")
+                    .and_then(|rest| rest.split_whitespace().next())
+                    .map(str::to_owned);
+                if line.starts_with("kafka listening on ") {
+                    if let Some(announce) = announce.take() {
+                        let _ = announce.send((http.take().unwrap_or_default(), kafka_addr));
+                    }
+                } else if let Some(addr) = addr
+                    && http.is_none()
                 {
-                    let _ = announce.send(addr.trim().to_owned());
+                    if kafka {
+                        http = Some(addr);
+                    } else if let Some(announce) = announce.take() {
+                        let _ = announce.send((addr, None));
+                    }
                 }
             }
         });
-        let addr = match announced.recv_timeout(START_TIMEOUT) {
+        let (addr, kafka) = match announced.recv_timeout(START_TIMEOUT) {
             Ok(addr) => addr,
             Err(err) => {
                 let _ = child.kill();
@@ -116,7 +136,8 @@ impl Server {
         let addr = addr
             .parse()
             .expect("the announced address is a socket address");
-        Self { child, addr }
+        let kafka = kafka.map(|kafka| kafka.parse().expect("a socket address"));
+        Self { child, addr, kafka }
     }
 
     /// Sends signal `name` (`STOP`, `CONT`, ...) to the process.

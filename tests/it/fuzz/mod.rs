@@ -11,6 +11,7 @@
 //!
 //! - [`requests`]: arbitrary and well-formed requests to every route of the server;
 //! - [`segments`]: corrupted cold segments;
+//! - [`kafka_frames`]: damaged Kafka requests and record batches;
 //! - [`regressions`]: the failing cases those runs found, kept as explicit tests.
 //!
 //! The seed, the number of cases and the runner below are shared by the fuzz tests.
@@ -50,6 +51,7 @@ fn runner(cases: u32) -> TestRunner {
     TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed))
 }
 
+mod kafka_frames;
 mod regressions;
 mod requests;
 mod segments;

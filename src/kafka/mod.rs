@@ -1,0 +1,386 @@
+//! A listener that speaks Kafka's wire protocol over the same [`Log`] as the REST API, so that
+//! existing Kafka producers and consumers read and write the log: a record produced by a Kafka
+//! client reads back over REST, and the reverse (`spec/API.md`, "Records: headers, message
+//! keys, binary payloads", is the one record model of both).
+//!
+//! Requests and responses are decoded and encoded with the `kafka-protocol` crate; record
+//! batches with [`batch`]. Each connection is served by one task that answers its requests in
+//! the order they came; connections are spread over a few threads of their own, as the HTTP
+//! server's are over its workers. What each request does is in [`api`]; the listener holds no
+//! log rule: it translates requests into `Log` calls and errors into the protocol's codes.
+//!
+//! Limits: a frame over `kafka.max_request_bytes` closes its connection before it is read; a
+//! frame cut short is dropped after `server.request_timeout_ms`; at most
+//! `kafka.max_connections` connections are open at once. With credentials configured, a
+//! connection authenticates with SASL/PLAIN (the password is a token of `[auth]`), and what it
+//! may do is what that token may do over REST.
+
+mod api;
+pub mod batch;
+mod producers;
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::auth::Principal;
+use crate::http::metrics::Metrics;
+use crate::log::Log;
+
+pub use api::SUPPORTED;
+
+/// A running Kafka listener.
+#[derive(Debug)]
+pub struct KafkaListener {
+    address: SocketAddr,
+    advertised: String,
+}
+
+impl KafkaListener {
+    /// The address it listens on.
+    pub fn address(&self) -> SocketAddr {
+        self.address
+    }
+
+    /// The `host:port` that clients are told to connect to.
+    pub fn advertised(&self) -> &str {
+        &self.advertised
+    }
+}
+
+/// What every connection shares.
+pub(crate) struct Broker {
+    log: Log,
+    metrics: Metrics,
+    /// This node's broker id.
+    node_id: i32,
+    host: String,
+    port: i32,
+    max_request_bytes: usize,
+    request_timeout: Duration,
+    producers: producers::Producers,
+}
+
+/// Starts the listener of `log`'s `[kafka]` settings on the current actix system, serving
+/// connections on `threads` threads of their own; `tls`, when given, is the server's TLS
+/// configuration ([`tls::server_config`](crate::tls::server_config)), which the listener
+/// speaks too.
+///
+/// # Errors
+/// The address cannot be bound.
+pub async fn listen(
+    log: Log,
+    metrics: Metrics,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    threads: usize,
+) -> io::Result<KafkaListener> {
+    let config = log.config();
+    let settings = &config.kafka;
+    let listener = TcpListener::bind(&settings.bind).await.map_err(|err| {
+        io::Error::new(
+            err.kind(),
+            format!("cannot listen on {} (kafka.bind): {err}", settings.bind),
+        )
+    })?;
+    let address = listener.local_addr()?;
+    let advertised = if settings.advertised.is_empty() {
+        let host = if address.ip().is_unspecified() {
+            "127.0.0.1".to_owned()
+        } else {
+            address.ip().to_string()
+        };
+        format!("{host}:{}", address.port())
+    } else {
+        settings.advertised.clone()
+    };
+    let (host, port) = advertised
+        .rsplit_once(':')
+        .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u16>().ok()?)))
+        .ok_or_else(|| io::Error::other(format!("{advertised:?} is not host:port")))?;
+    let broker = Arc::new(Broker {
+        node_id: node_id(&log),
+        host,
+        port: i32::from(port),
+        max_request_bytes: settings.max_request_bytes,
+        request_timeout: Duration::from_millis(config.server.request_timeout_ms),
+        producers: producers::Producers::default(),
+        metrics,
+        log: log.clone(),
+    });
+    let tls = tls.map(|config| {
+        let mut config = (*config).clone();
+        // The REST listener asks for HTTP/1.1; Kafka clients ask for nothing.
+        config.alpn_protocols.clear();
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    });
+    let workers: Vec<actix::Arbiter> = (0..threads.max(1)).map(|_| actix::Arbiter::new()).collect();
+    let open = Arc::new(AtomicUsize::new(0));
+    let max_connections = settings.max_connections;
+    actix::spawn(async move {
+        let mut next = 0;
+        loop {
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(err) => {
+                    // Out of file descriptors, say: wait rather than spin.
+                    log::warn!("kafka: accepting a connection: {err}");
+                    actix::clock::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            if open.load(Ordering::Relaxed) >= max_connections {
+                log::warn!("kafka: {peer} refused: {max_connections} connections open");
+                continue;
+            }
+            let Ok(stream) = stream.into_std() else {
+                continue;
+            };
+            let (broker, tls, open) = (broker.clone(), tls.clone(), open.clone());
+            open.fetch_add(1, Ordering::Relaxed);
+            let worker = &workers[next % workers.len()];
+            next += 1;
+            worker.spawn_fn(move || {
+                actix::spawn(async move {
+                    if let Err(err) = connection(&broker, stream, tls).await {
+                        log::debug!("kafka: {peer}: {err}");
+                    }
+                    open.fetch_sub(1, Ordering::Relaxed);
+                });
+            });
+        }
+    });
+    Ok(KafkaListener {
+        address,
+        advertised,
+    })
+}
+
+/// This node's broker id: 0 outside a cluster; in one, a number of its node's name, the same
+/// on every node and across restarts.
+fn node_id(log: &Log) -> i32 {
+    log.cluster()
+        .map_or(0, |cluster| broker_id_of(cluster.node()))
+}
+
+/// The broker id of the node named `node` (FNV-1a, 31 bits).
+pub(crate) fn broker_id_of(node: &str) -> i32 {
+    let hash = node.bytes().fold(0x811c_9dc5u32, |hash, byte| {
+        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
+    });
+    (hash & 0x7fff_ffff) as i32
+}
+
+async fn connection(
+    broker: &Broker,
+    stream: std::net::TcpStream,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+) -> io::Result<()> {
+    let stream = TcpStream::from_std(stream)?;
+    stream.set_nodelay(true)?;
+    match tls {
+        None => serve(broker, stream).await,
+        Some(acceptor) => {
+            let handshake = acceptor.accept(stream);
+            let stream = actix::clock::timeout(broker.request_timeout, handshake)
+                .await
+                .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake"))??;
+            serve(broker, stream).await
+        }
+    }
+}
+
+/// What a connection knows of its client.
+#[derive(Default)]
+pub(crate) struct Session {
+    /// Who it authenticated as; `None` before (and always, without credentials).
+    principal: Option<Arc<Principal>>,
+    /// A SaslHandshake v0 was answered: the next frame is a bare SASL token.
+    bare_sasl_next: bool,
+    /// The connection ends after this answer.
+    closing: bool,
+}
+
+impl Session {
+    /// Who the client is, when the listener needs no credentials or it authenticated.
+    fn principal(&self, broker: &Broker) -> Option<Arc<Principal>> {
+        match &self.principal {
+            Some(principal) => Some(principal.clone()),
+            None if !broker.log.credentials().required() => {
+                Some(Arc::new(Principal::with_every_permission("anonymous")))
+            }
+            None => None,
+        }
+    }
+}
+
+/// Serves one connection: reads each frame, answers it, in order, until the client leaves.
+async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+    broker: &Broker,
+    mut stream: S,
+) -> io::Result<()> {
+    let mut session = Session::default();
+    loop {
+        // Waiting for a request has no limit; once its first byte came, the rest must come
+        // within the request timeout.
+        let mut size = [0u8; 4];
+        if stream.read(&mut size[..1]).await? == 0 {
+            return Ok(());
+        }
+        let frame = actix::clock::timeout(broker.request_timeout, async {
+            stream.read_exact(&mut size[1..]).await?;
+            let size = i32::from_be_bytes(size);
+            let size = usize::try_from(size)
+                .ok()
+                .filter(|&size| size <= broker.max_request_bytes)
+                .ok_or_else(|| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "a frame of {size} bytes (kafka.max_request_bytes is {})",
+                            broker.max_request_bytes
+                        ),
+                    )
+                })?;
+            let mut frame = BytesMut::zeroed(size);
+            stream.read_exact(&mut frame).await?;
+            Ok::<_, io::Error>(frame.freeze())
+        })
+        .await
+        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "a frame cut short"))??;
+        let answer = if session.bare_sasl_next {
+            session.bare_sasl_next = false;
+            api::bare_sasl(broker, &mut session, &frame)
+        } else {
+            request(broker, &mut session, frame).await
+        };
+        if let Some(answer) = answer {
+            stream.write_all(&answer).await?;
+        }
+        if session.closing {
+            stream.flush().await?;
+            return Ok(());
+        }
+    }
+}
+
+/// One request frame's answer (a whole frame), or `None` when none is due (a Produce with
+/// `acks=0`).
+async fn request(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Option<Vec<u8>> {
+    if frame.len() < 8 {
+        session.closing = true;
+        return None;
+    }
+    let key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let Ok(api) = ApiKey::try_from(key) else {
+        return Some(unsupported(correlation_id, key));
+    };
+    let started = Instant::now();
+    let supported = SUPPORTED
+        .iter()
+        .any(|&(known, min, max)| known == api && (min..=max).contains(&version));
+    if !supported && api != ApiKey::ApiVersions {
+        let error = error_name(kafka_protocol::ResponseError::UnsupportedVersion.code());
+        broker
+            .metrics
+            .kafka_request(api_name(api), &error, started.elapsed());
+        return Some(unsupported(correlation_id, key));
+    }
+    // ApiVersions is answered in whatever version it is asked (KIP-511): a version above those
+    // known is read with the header of the highest.
+    let header_version = match api {
+        ApiKey::ApiVersions => api.request_header_version(version.min(api::API_VERSIONS_MAX)),
+        _ => api.request_header_version(version),
+    };
+    let header = match RequestHeader::decode(&mut frame, header_version) {
+        Ok(header) => header,
+        Err(err) => {
+            log::debug!("kafka: an unreadable request header: {err}");
+            session.closing = true;
+            return None;
+        }
+    };
+    let answer = api::answer(broker, session, api, &header, frame).await;
+    let error = answer.as_ref().map_or(0, |answer| answer.error);
+    broker
+        .metrics
+        .kafka_request(api_name(api), &error_name(error), started.elapsed());
+    let answer = answer?;
+    Some(frame_of(api, answer.version, correlation_id, answer.body))
+}
+
+/// An answer to a request: its encoded body, the version it is encoded in, and the error
+/// code the metrics count it under (the worst of its parts; 0 for none).
+pub(crate) struct Answer {
+    body: Vec<u8>,
+    version: i16,
+    error: i16,
+}
+
+impl Answer {
+    /// `response` encoded in `version`.
+    fn of<R: Encodable>(response: &R, version: i16, error: i16) -> Option<Self> {
+        let mut body = BytesMut::new();
+        match response.encode(&mut body, version) {
+            Ok(()) => Some(Self {
+                body: body.to_vec(),
+                version,
+                error,
+            }),
+            Err(err) => {
+                log::error!("kafka: a response that does not encode: {err}");
+                None
+            }
+        }
+    }
+}
+
+/// A response frame: size, header, body.
+fn frame_of(api: ApiKey, version: i16, correlation_id: i32, body: Vec<u8>) -> Vec<u8> {
+    let mut header = BytesMut::new();
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut header, api.response_header_version(version))
+        .expect("a response header encodes");
+    let size = (header.len() + body.len()) as i32;
+    let mut frame = Vec::with_capacity(4 + size as usize);
+    frame.extend_from_slice(&size.to_be_bytes());
+    frame.extend_from_slice(&header);
+    frame.extend_from_slice(&body);
+    frame
+}
+
+/// The answer to a request of an API key or version this listener does not serve: its
+/// correlation id and `UNSUPPORTED_VERSION`. Clients ask ApiVersions first and never send one;
+/// a client that does learns why instead of losing its connection.
+fn unsupported(correlation_id: i32, key: i16) -> Vec<u8> {
+    log::debug!("kafka: a request of API key {key} in a version not served");
+    let code = kafka_protocol::ResponseError::UnsupportedVersion.code();
+    let mut frame = Vec::with_capacity(10);
+    frame.extend_from_slice(&6i32.to_be_bytes());
+    frame.extend_from_slice(&correlation_id.to_be_bytes());
+    frame.extend_from_slice(&code.to_be_bytes());
+    frame
+}
+
+/// An error code's name in the metrics: `none`, or the protocol's (`CorruptMessage`, ...).
+fn error_name(code: i16) -> String {
+    kafka_protocol::ResponseError::try_from_code(code).map_or("none".into(), |err| err.to_string())
+}
+
+/// An API's name in the metrics: `Produce`, `Fetch`, ...
+fn api_name(api: ApiKey) -> &'static str {
+    SUPPORTED
+        .iter()
+        .find(|(known, ..)| *known == api)
+        .map_or("other", |&(known, ..)| api::name(known))
+}
