@@ -283,6 +283,7 @@ async fn metadata(
             }
         },
     };
+    let mut worst = NONE;
     for name in names {
         let mut topic = MetadataResponseTopic::default();
         topic.name = Some(TopicName(StrBytes::from_string(name.clone())));
@@ -313,9 +314,12 @@ async fn metadata(
                 }
             }
         }
+        if topic.error_code != NONE {
+            worst = topic.error_code;
+        }
         response.topics.push(topic);
     }
-    Answer::of(&response, version, NONE)
+    Answer::of(&response, version, worst)
 }
 
 /// The brokers Metadata names: this node outside a cluster; every live node with a Kafka

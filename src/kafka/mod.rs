@@ -67,6 +67,8 @@ pub(crate) struct Broker {
     max_request_bytes: usize,
     request_timeout: Duration,
     producers: producers::Producers,
+    /// Who a client is when the server needs no credentials.
+    anonymous: Arc<Principal>,
 }
 
 /// Starts the listener of `log`'s `[kafka]` settings on the current actix system, serving
@@ -112,6 +114,7 @@ pub async fn listen(
         max_request_bytes: settings.max_request_bytes,
         request_timeout: Duration::from_millis(config.server.request_timeout_ms),
         producers: producers::Producers::default(),
+        anonymous: Arc::new(Principal::with_every_permission("anonymous")),
         metrics,
         log: log.clone(),
     });
@@ -213,9 +216,7 @@ impl Session {
     fn principal(&self, broker: &Broker) -> Option<Arc<Principal>> {
         match &self.principal {
             Some(principal) => Some(principal.clone()),
-            None if !broker.log.credentials().required() => {
-                Some(Arc::new(Principal::with_every_permission("anonymous")))
-            }
+            None if !broker.log.credentials().required() => Some(broker.anonymous.clone()),
             None => None,
         }
     }

@@ -5,6 +5,7 @@
 
 mod clients;
 mod cluster;
+mod limits;
 mod security;
 
 use std::path::{Path, PathBuf};
