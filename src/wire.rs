@@ -14,7 +14,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 use utoipa::ToSchema;
-use utoipa::openapi::schema::{Object, ObjectBuilder, SchemaType, Type};
+use utoipa::openapi::schema::{KnownFormat, Object, ObjectBuilder, SchemaFormat, SchemaType, Type};
 
 use crate::error::ErrorCode;
 use crate::load::LoadSnapshot;
@@ -135,18 +135,48 @@ pub struct RecordJson {
 pub struct HeaderJson {
     /// The header's name; names may repeat.
     pub name: String,
-    /// Its value, as text.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// Its value, as text. Exclusive with `valueBase64`.
+    #[serde(
+        default,
+        deserialize_with = "given",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(nullable = false)]
     pub value: Option<String>,
     /// Its value, in standard base64.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "given",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(schema_with = base64_bytes)]
     pub value_base64: Option<String>,
+}
+
+/// A field that, when present, holds a `T`, never `null`: the forms of a part are told apart
+/// by which fields are present, so a `null` one would be neither absent nor given.
+fn given<'de, D: Deserializer<'de>, T: Deserialize<'de>>(
+    deserializer: D,
+) -> Result<Option<T>, D::Error> {
+    T::deserialize(deserializer).map(Some)
 }
 
 /// A field that is `Some` whenever it is present, `null` included (serde reads a `null`
 /// `Option` as absent).
 fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Box<RawValue>>, D::Error> {
     Box::<RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// The schema of a field of bytes in standard base64, with padding: what the server decodes.
+fn base64_bytes() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Byte)))
+        .pattern(Some(
+            r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$",
+        ))
+        .description(Some("Bytes, in standard base64 with padding."))
+        .build()
 }
 
 /// Bytes as text where they are UTF-8 (first), else in base64 (second).
@@ -562,9 +592,10 @@ pub struct RecordBody {
     #[serde(default, deserialize_with = "present")]
     pub payload: Option<Box<RawValue>>,
     /// A binary payload (bytes, standard base64 with padding). Exclusive with `payload`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
+    #[schema(schema_with = base64_bytes)]
     pub payload_base64: Option<String>,
-    /// A record without a value (a Kafka tombstone): neither payload form, or `payload: null`.
+    /// A record without a value (a Kafka tombstone), and then neither payload form.
     #[serde(default)]
     pub tombstone: bool,
     /// Optional deduplication key, 1 to [`MAX_KEY_BYTES`] bytes of UTF-8: a re-sent key
@@ -573,13 +604,17 @@ pub struct RecordBody {
     #[serde(default)]
     pub key: Option<String>,
     /// The message key (Kafka's record key), as text. It may repeat and deduplicates nothing.
-    #[serde(default)]
+    /// Exclusive with `messageKeyBase64`.
+    #[serde(default, deserialize_with = "given")]
+    #[schema(nullable = false)]
     pub message_key: Option<String>,
     /// The message key, in standard base64.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
+    #[schema(schema_with = base64_bytes)]
     pub message_key_base64: Option<String>,
     /// Headers, in order (names may repeat).
-    #[serde(default)]
+    #[serde(default, deserialize_with = "given")]
+    #[schema(nullable = false)]
     pub headers: Option<Vec<HeaderJson>>,
 }
 
@@ -629,7 +664,6 @@ fn payload_of(
             bytes_of(None, Some(&base64), "payload")?.unwrap_or_default(),
         )),
         (None, None, true) => Ok(Payload::Null),
-        (Some(json), None, true) if json.get() == "null" => Ok(Payload::Null),
         (_, _, true) => Err("a tombstone has no payload".into()),
     }
 }
@@ -775,7 +809,12 @@ pub struct EventBody {
     )]
     pub payload: Option<Box<RawValue>>,
     /// A binary payload (bytes, standard base64 with padding). Exclusive with `payload`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "given",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(schema_with = base64_bytes)]
     pub payload_base64: Option<String>,
     /// Optional deduplication key, 1 to [`MAX_KEY_BYTES`] bytes of UTF-8: a re-sent key
     /// returns the original place.
@@ -783,7 +822,12 @@ pub struct EventBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
     /// Headers, in order (names may repeat).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        deserialize_with = "given",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(nullable = false)]
     pub headers: Option<Vec<HeaderJson>>,
 }
 

@@ -24,7 +24,7 @@ use utoipa::openapi::path::{HttpMethod, Operation, OperationBuilder, Parameter, 
 use utoipa::openapi::request_body::RequestBody;
 use utoipa::openapi::response::ResponseBuilder;
 use utoipa::openapi::schema::{
-    Array, KnownFormat, Object, ObjectBuilder, Schema, SchemaFormat, SchemaType, Type,
+    Array, KnownFormat, Object, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, SchemaType, Type,
 };
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, ContentBuilder, Ref, RefOr, Required};
@@ -92,6 +92,15 @@ impl Modify for Additions {
         for id in ["produceEvents", "appendRecords"] {
             json_array(request_body(openapi, id)).min_items = Some(1);
         }
+        // The forms of a record's parts exclude one another: exactly one payload (JSON, bytes,
+        // or none: a tombstone), at most one form of a message key and of a header's value.
+        let payload = Forms::OneOf(&["payload", "payloadBase64", "tombstone"]);
+        let message_key = Forms::AtMostOne(&["messageKey", "messageKeyBase64"]);
+        exclusive_forms(openapi, "RecordBody", &[payload, message_key]);
+        let event_payload = Forms::OneOf(&["payload", "payloadBase64"]);
+        exclusive_forms(openapi, "EventBody", &[event_payload]);
+        let value = Forms::AtMostOne(&["value", "valueBase64"]);
+        exclusive_forms(openapi, "HeaderJson", &[value]);
         // The body is optional (`required: false`) but, when sent, an object: the derive makes a
         // body optional only through an `Option`, which would also allow `null`.
         request_body(openapi, "nackLease").required = Some(Required::False);
@@ -151,6 +160,65 @@ impl Modify for Additions {
             .entry("/metrics".to_owned())
             .or_insert_with(|| PathItem::new(HttpMethod::Get, metrics));
     }
+}
+
+/// Properties of a body of which one is given, or at most one.
+#[derive(Clone, Copy)]
+enum Forms<'a> {
+    OneOf(&'a [&'a str]),
+    AtMostOne(&'a [&'a str]),
+}
+
+/// Makes component `name` (an object) a `oneOf` of copies of it, one for each way to pick a
+/// property of every group of `forms` (or none, for an `AtMostOne` group): each copy requires
+/// what it picked and lacks the group's other properties, so a body has exactly the
+/// combinations the server takes. A boolean property is `true` where picked, `false` (or
+/// absent) elsewhere.
+fn exclusive_forms(openapi: &mut utoipa::openapi::OpenApi, name: &str, forms: &[Forms<'_>]) {
+    let Some(schemas) = openapi.components.as_mut().map(|c| &mut c.schemas) else {
+        return;
+    };
+    let Some(RefOr::T(Schema::Object(object))) = schemas.get(name).cloned() else {
+        return;
+    };
+    let mut variants = vec![object.clone()];
+    for group in forms {
+        let (members, optional) = match group {
+            Forms::OneOf(members) => (*members, false),
+            Forms::AtMostOne(members) => (*members, true),
+        };
+        let picks = members.iter().map(Some).chain(optional.then_some(None));
+        variants = picks
+            .flat_map(|pick| {
+                variants.iter().map(move |variant| {
+                    let mut variant = variant.clone();
+                    for member in members {
+                        let picked = pick == Some(member);
+                        let Some(RefOr::T(Schema::Object(property))) =
+                            variant.properties.get_mut(*member)
+                        else {
+                            continue;
+                        };
+                        if property.schema_type == SchemaType::from(Type::Boolean) {
+                            property.enum_values = Some(vec![picked.into()]);
+                        } else if !picked {
+                            variant.properties.remove(*member);
+                        }
+                        if picked {
+                            variant.required.push((*member).to_owned());
+                        }
+                    }
+                    variant
+                })
+            })
+            .collect();
+    }
+    let mut one_of = OneOfBuilder::new().description(object.description.clone());
+    for mut variant in variants {
+        variant.description = None;
+        one_of = one_of.item(Schema::Object(variant));
+    }
+    schemas.insert(name.to_owned(), RefOr::T(Schema::OneOf(one_of.build())));
 }
 
 /// What a server's configuration decides: the bearer requirement, the request limits, the

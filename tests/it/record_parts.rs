@@ -233,9 +233,9 @@ async fn headers_read_back_in_order_in_their_forms() {
     server.stop().await;
 }
 
-/// A tombstone (`"tombstone": true`, with no payload or with `"payload": null`) reads back as
-/// `"payload": null, "tombstone": true`; the JSON value `null` reads back as `"payload": null`
-/// with no `tombstone`.
+/// A tombstone (`"tombstone": true`, and no payload) reads back as `"payload": null,
+/// "tombstone": true`; the JSON value `null` reads back as `"payload": null` with no
+/// `tombstone`. A tombstone with a payload, even `null`, or a part given as `null` is refused.
 #[actix::test]
 async fn a_tombstone_is_not_the_json_null() {
     let server = TestServer::start(|_| {});
@@ -244,7 +244,6 @@ async fn a_tombstone_is_not_the_json_null() {
         json!([
             {"tombstone": true},
             {"payload": null},
-            {"payload": null, "tombstone": true},
             {"tombstone": true, "key": "dedup-3", "messageKey": "user-1"},
         ]),
     )
@@ -254,11 +253,25 @@ async fn a_tombstone_is_not_the_json_null() {
         [
             json!({"offset": 0, "key": null, "payload": null, "tombstone": true}),
             json!({"offset": 1, "key": null, "payload": null}),
-            json!({"offset": 2, "key": null, "payload": null, "tombstone": true}),
-            json!({"offset": 3, "key": "dedup-3", "payload": null, "tombstone": true,
+            json!({"offset": 2, "key": "dedup-3", "payload": null, "tombstone": true,
                    "messageKey": "user-1"}),
         ]
     );
+    for refused in [
+        json!({"payload": null, "tombstone": true}),
+        json!({"payload": 1, "payloadBase64": null}),
+        json!({"payload": 1, "messageKey": null}),
+        json!({"payload": 1, "headers": [{"name": "h", "value": null}]}),
+    ] {
+        let (status, body) = server
+            .post(
+                "/topics/parts/partitions/0/records",
+                Value::Array(vec![refused.clone()]),
+            )
+            .await;
+        assert_eq!(status, 400, "{refused}: {body}");
+    }
+    assert_eq!(shown_all(&server).await.len(), 3, "nothing more written");
     server.stop().await;
 }
 
