@@ -5,6 +5,7 @@
 
 mod clients;
 mod cluster;
+mod idempotence;
 mod limits;
 mod security;
 
