@@ -30,7 +30,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use super::batch::{BatchError, decode_batches, encode_records, encoded_size};
-use super::producers::{Check, Producers, dedup_key};
+use super::producers::{Batch, Check, Producers};
 use super::{Answer, Broker, Session};
 use crate::auth::{Permission, Principal};
 use crate::error::{Error, ErrorCode};
@@ -456,21 +456,22 @@ async fn produce_partition(
         broker.metrics.kafka_batch(batch.codec);
         let mut records = batch.records;
         if batch.producer_id >= 0 {
-            let (producer, epoch, sequence) =
-                (batch.producer_id, batch.producer_epoch, batch.base_sequence);
-            match broker
-                .producers
-                .check(producer, epoch, topic, partition, sequence)
-            {
+            let sent = Batch {
+                producer: batch.producer_id,
+                epoch: batch.producer_epoch,
+                topic,
+                partition,
+                sequence: batch.base_sequence,
+            };
+            match broker.producers.check(&sent) {
                 Check::Write => {}
                 Check::OutOfOrder => return Err(ResponseError::OutOfOrderSequenceNumber.code()),
                 Check::StaleEpoch => return Err(ResponseError::InvalidProducerEpoch.code()),
             }
             for (at, record) in records.iter_mut().enumerate() {
-                let sequence = ((i64::from(sequence) + at as i64) % (1 << 31)) as i32;
-                record.key = Some(dedup_key(producer, epoch, sequence));
+                record.key = Some(sent.dedup_key(at));
             }
-            idempotent.push((producer, epoch, sequence, records.len()));
+            idempotent.push((sent, records.len()));
         }
         // A batch of more records than a REST batch may hold goes as several, in order.
         let mut records = records.into_iter().peekable();
@@ -500,10 +501,8 @@ async fn produce_partition(
             AppendOutcome::Rejected(rejection) => return Err(rejection_code(&rejection)),
         }
     }
-    for (producer, epoch, sequence, count) in idempotent {
-        broker
-            .producers
-            .written(producer, epoch, topic, partition, sequence, count);
+    for (sent, count) in idempotent {
+        broker.producers.written(&sent, count);
     }
     broker.metrics.appended(topic, count, bytes);
     let first = first.ok_or_else(|| ResponseError::InvalidRecord.code())?;

@@ -56,64 +56,47 @@ impl Producers {
         (uuid::Uuid::new_v4().as_u64_pair().0 >> 2) as i64
     }
 
-    /// Whether batch `sequence` (of `count` records) of `producer` at `epoch` may be written
-    /// to `topic`'s `partition`.
-    pub fn check(
-        &self,
-        producer: i64,
-        epoch: i16,
-        topic: &str,
-        partition: u32,
-        sequence: i32,
-    ) -> Check {
+    /// Whether `batch` may be written.
+    pub fn check(&self, batch: &Batch<'_>) -> Check {
         let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(state) = states
-            .by_partition
-            .get(&(producer, topic.to_owned(), partition))
-        else {
+        let Some(state) = states.by_partition.get(&batch.state_key()) else {
             return Check::Write;
         };
-        if epoch < state.epoch {
+        if batch.epoch < state.epoch {
             return Check::StaleEpoch;
         }
-        if epoch > state.epoch {
+        if batch.epoch > state.epoch {
             // A new epoch starts its sequences again at 0.
-            return if sequence == 0 {
+            return if batch.sequence == 0 {
                 Check::Write
             } else {
                 Check::OutOfOrder
             };
         }
         // Anything before the next sequence is a batch sent again.
-        match after(sequence, state.next) {
+        match after(batch.sequence, state.next) {
             0 => Check::Write,
             gap if gap < HALF => Check::OutOfOrder,
             _ => Check::Write,
         }
     }
 
-    /// Records that batch `sequence` of `count` records was written.
-    pub fn written(
-        &self,
-        producer: i64,
-        epoch: i16,
-        topic: &str,
-        partition: u32,
-        sequence: i32,
-        count: usize,
-    ) {
+    /// Records that `batch`, of `count` records, was written.
+    pub fn written(&self, batch: &Batch<'_>, count: usize) {
         let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
-        let next = ((i64::from(sequence) + count as i64) % SEQUENCES) as i32;
+        let next = batch.sequence_of(count);
         let now = Instant::now();
-        let key = (producer, topic.to_owned(), partition);
-        let state = states.by_partition.entry(key).or_insert(State {
-            epoch,
-            next,
-            used: now,
-        });
+        let state = states
+            .by_partition
+            .entry(batch.state_key())
+            .or_insert(State {
+                epoch: batch.epoch,
+                next,
+                used: now,
+            });
         // A batch sent again does not move the sequence back.
-        if epoch > state.epoch || (1..HALF).contains(&after(next, state.next)) {
-            state.epoch = epoch;
+        if batch.epoch > state.epoch || (1..HALF).contains(&after(next, state.next)) {
+            state.epoch = batch.epoch;
             state.next = next;
         }
         state.used = now;
@@ -127,6 +110,37 @@ impl Producers {
     }
 }
 
+/// A batch of an idempotent producer: who sent it, to where, and its first sequence.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Batch<'a> {
+    pub producer: i64,
+    pub epoch: i16,
+    pub topic: &'a str,
+    pub partition: u32,
+    pub sequence: i32,
+}
+
+impl Batch<'_> {
+    fn state_key(&self) -> (i64, String, u32) {
+        (self.producer, self.topic.to_owned(), self.partition)
+    }
+
+    /// The sequence of its record `at` (wrapping).
+    fn sequence_of(&self, at: usize) -> i32 {
+        ((i64::from(self.sequence) + at as i64) % SEQUENCES) as i32
+    }
+
+    /// The deduplication key of its record `at`: `kafka:{producer}:{epoch}:{sequence}`.
+    pub fn dedup_key(&self, at: usize) -> String {
+        format!(
+            "kafka:{}:{}:{}",
+            self.producer,
+            self.epoch,
+            self.sequence_of(at)
+        )
+    }
+}
+
 /// Sequences run from 0 to `i32::MAX`, then start again at 0.
 const SEQUENCES: i64 = 1 << 31;
 const HALF: i64 = SEQUENCES / 2;
@@ -136,58 +150,55 @@ fn after(a: i32, b: i32) -> i64 {
     (i64::from(a) - i64::from(b)).rem_euclid(SEQUENCES)
 }
 
-/// The deduplication key of record `sequence` of `producer` at `epoch`.
-pub(crate) fn dedup_key(producer: i64, epoch: i16, sequence: i32) -> String {
-    format!("kafka:{producer}:{epoch}:{sequence}")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn batch(producer: i64, epoch: i16, partition: u32, sequence: i32) -> Batch<'static> {
+        Batch {
+            producer,
+            epoch,
+            topic: "t",
+            partition,
+            sequence,
+        }
+    }
+
     #[test]
     fn sequences_in_order_again_and_out_of_order() {
         let producers = Producers::default();
-        assert_eq!(producers.check(7, 0, "t", 0, 5), Check::Write, "unseen");
-        producers.written(7, 0, "t", 0, 0, 3);
-        assert_eq!(producers.check(7, 0, "t", 0, 3), Check::Write, "next");
-        assert_eq!(producers.check(7, 0, "t", 0, 0), Check::Write, "sent again");
-        assert_eq!(producers.check(7, 0, "t", 0, 4), Check::OutOfOrder, "a gap");
-        assert_eq!(
-            producers.check(7, 0, "t", 1, 4),
-            Check::Write,
-            "another partition"
-        );
-        producers.written(7, 0, "t", 0, 0, 3);
-        assert_eq!(
-            producers.check(7, 0, "t", 0, 3),
-            Check::Write,
-            "not moved back"
-        );
-        assert_eq!(
-            producers.check(7, 1, "t", 0, 0),
-            Check::Write,
-            "a new epoch"
-        );
-        assert_eq!(producers.check(7, 1, "t", 0, 3), Check::OutOfOrder);
-        producers.written(7, 1, "t", 0, 0, 1);
-        assert_eq!(producers.check(7, 0, "t", 0, 3), Check::StaleEpoch);
+        let check = |producer, epoch, partition, sequence| {
+            producers.check(&batch(producer, epoch, partition, sequence))
+        };
+        assert_eq!(check(7, 0, 0, 5), Check::Write, "unseen");
+        producers.written(&batch(7, 0, 0, 0), 3);
+        assert_eq!(check(7, 0, 0, 3), Check::Write, "next");
+        assert_eq!(check(7, 0, 0, 0), Check::Write, "sent again");
+        assert_eq!(check(7, 0, 0, 4), Check::OutOfOrder, "a gap");
+        assert_eq!(check(7, 0, 1, 4), Check::Write, "another partition");
+        producers.written(&batch(7, 0, 0, 0), 3);
+        assert_eq!(check(7, 0, 0, 3), Check::Write, "not moved back");
+        assert_eq!(check(7, 1, 0, 0), Check::Write, "a new epoch");
+        assert_eq!(check(7, 1, 0, 3), Check::OutOfOrder);
+        producers.written(&batch(7, 1, 0, 0), 1);
+        assert_eq!(check(7, 0, 0, 3), Check::StaleEpoch);
     }
 
     #[test]
     fn sequences_wrap() {
         let producers = Producers::default();
-        producers.written(1, 0, "t", 0, i32::MAX - 1, 2);
+        producers.written(&batch(1, 0, 0, i32::MAX - 1), 2);
         assert_eq!(
-            producers.check(1, 0, "t", 0, 0),
+            producers.check(&batch(1, 0, 0, 0)),
             Check::Write,
             "next, wrapped"
         );
-        assert_eq!(producers.check(1, 0, "t", 0, 1), Check::OutOfOrder);
+        assert_eq!(producers.check(&batch(1, 0, 0, 1)), Check::OutOfOrder);
         assert_eq!(
-            producers.check(1, 0, "t", 0, i32::MAX - 1),
+            producers.check(&batch(1, 0, 0, i32::MAX - 1)),
             Check::Write,
             "sent again"
         );
+        assert_eq!(batch(1, 0, 0, i32::MAX).dedup_key(1), "kafka:1:0:0");
     }
 }

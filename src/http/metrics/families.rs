@@ -204,6 +204,15 @@ impl ClusterFamilies {
 /// long-poll ([`MAX_WAIT_MS`](crate::config::MAX_WAIT_MS), 30 s), so that a long-poll lands in a bucket of its own.
 const LONG_BUCKETS: [f64; 3] = [20.0, 40.0, 60.0];
 
+/// The buckets of the request durations: Prometheus' defaults, then [`LONG_BUCKETS`].
+fn duration_buckets() -> Vec<f64> {
+    prometheus::DEFAULT_BUCKETS
+        .iter()
+        .chain(&LONG_BUCKETS)
+        .copied()
+        .collect()
+}
+
 impl Metrics {
     /// Fresh metrics for `log`'s server: [`Metrics::new`] with its counters and its
     /// `[metrics] max_topics`.
@@ -275,13 +284,7 @@ impl Metrics {
                         "durability_http_request_duration_seconds",
                         "Time to answer an HTTP request (long-poll waits included), per route.",
                     )
-                    .buckets(
-                        prometheus::DEFAULT_BUCKETS
-                            .iter()
-                            .chain(&LONG_BUCKETS)
-                            .copied()
-                            .collect(),
-                    ),
+                    .buckets(duration_buckets()),
                     &["method", "route", "status"],
                 ),
             ),
@@ -292,13 +295,7 @@ impl Metrics {
                         "durability_kafka_request_duration_seconds",
                         "Time to answer a Kafka request (fetch waits included), per API and error.",
                     )
-                    .buckets(
-                        prometheus::DEFAULT_BUCKETS
-                            .iter()
-                            .chain(&LONG_BUCKETS)
-                            .copied()
-                            .collect(),
-                    ),
+                    .buckets(duration_buckets()),
                     &["api", "error"],
                 ),
             ),

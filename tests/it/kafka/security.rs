@@ -31,6 +31,24 @@ fn sasl(protocol: &str, token: &str) -> Vec<String> {
     .collect()
 }
 
+/// kcat, with `options`, reading partition 0 of `topic` from its start to its end, a
+/// payload a line.
+fn read_all(options: &[&str], topic: &str) -> std::process::Output {
+    let read = [
+        "-C",
+        "-t",
+        topic,
+        "-p",
+        "0",
+        "-o",
+        "beginning",
+        "-e",
+        "-f",
+        "%s\\n",
+    ];
+    kcat(&[options, &read[..]].concat(), b"")
+}
+
 fn with<'a>(base: &'a [&'a str], extra: &'a [String]) -> Vec<&'a str> {
     base.iter()
         .copied()
@@ -77,25 +95,7 @@ fn sasl_plain_takes_a_token_and_its_grants() {
     assert!(produced.status.success(), "{produced:?}");
 
     let reader = sasl("SASL_PLAINTEXT", READER);
-    let read = kcat(
-        &[
-            &with(&b, &reader)[..],
-            &[
-                "-C",
-                "-t",
-                "read-x",
-                "-p",
-                "0",
-                "-o",
-                "beginning",
-                "-e",
-                "-f",
-                "%s\\n",
-            ],
-        ]
-        .concat(),
-        b"",
-    );
+    let read = read_all(&with(&b, &reader), "read-x");
     assert_eq!(
         String::from_utf8_lossy(&read.stdout),
         "{\"n\":1}\n",
@@ -166,25 +166,7 @@ fn the_kafka_listener_speaks_tls_with_the_servers_certificate() {
         b"over tls\n",
     );
     assert!(produced.status.success(), "{produced:?}");
-    let read = kcat(
-        &[
-            &with(&b, &good)[..],
-            &[
-                "-C",
-                "-t",
-                "secure",
-                "-p",
-                "0",
-                "-o",
-                "beginning",
-                "-e",
-                "-f",
-                "%s\\n",
-            ],
-        ]
-        .concat(),
-        b"",
-    );
+    let read = read_all(&with(&b, &good), "secure");
     assert_eq!(
         String::from_utf8_lossy(&read.stdout),
         "over tls\n",
