@@ -31,7 +31,7 @@ use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use super::batch::{BatchError, decode_batches, encode_records, encoded_size};
 use super::producers::{Batch, Check, Producers};
-use super::{Answer, Broker, Session};
+use super::{Answer, Broker, Frame, Session};
 use crate::auth::{Permission, Principal};
 use crate::error::{Error, ErrorCode};
 use crate::log::{AppendOutcome, AppendRejection, NewRecord, Page};
@@ -188,9 +188,9 @@ fn sasl_authenticate(
 
 /// The token of a SaslHandshake v0: a bare frame, answered with an empty one, or the
 /// connection closes.
-pub(super) fn bare_sasl(broker: &Broker, session: &mut Session, token: &[u8]) -> Option<Vec<u8>> {
+pub(super) fn bare_sasl(broker: &Broker, session: &mut Session, token: &[u8]) -> Option<Frame> {
     match authenticate(broker, session, token) {
-        Ok(()) => Some(0i32.to_be_bytes().to_vec()),
+        Ok(()) => Some(Frame::whole(&[], Bytes::new())),
         Err(why) => {
             log::debug!("kafka: {why}");
             session.closing = true;
@@ -583,54 +583,52 @@ struct FetchedPartition {
     bytes: usize,
 }
 
-/// Reads every partition of a fetch once.
+/// Reads every partition of a fetch once, together: each up to its own byte limit (at least
+/// one record when it has one), then, in order, as many as fit `max_bytes` in all (the first
+/// with records whatever its size).
 async fn read_partitions(
     broker: &Broker,
     principal: &Principal,
     wanted: &[(String, i32, i64, i32)],
     max_bytes: usize,
 ) -> Vec<FetchedPartition> {
-    let mut left = max_bytes;
-    let mut read = Vec::with_capacity(wanted.len());
-    for (topic, index, offset, partition_max) in wanted {
-        let mut fetched = FetchedPartition::default();
-        fetched.data.partition_index = *index;
-        let limit = usize::try_from(*partition_max).unwrap_or(0).min(left);
-        // The first partition with records gets at least one, whatever the limits.
-        let at_least_one = read
-            .iter()
-            .all(|fetched: &FetchedPartition| fetched.bytes == 0);
-        match read_partition(
-            broker,
-            principal,
-            topic,
-            *index,
-            *offset,
-            limit,
-            at_least_one,
-        )
+    let reads = wanted.iter().map(|(topic, index, offset, partition_max)| {
+        let limit = usize::try_from(*partition_max).unwrap_or(0).min(max_bytes);
+        read_partition(broker, principal, topic, *index, *offset, limit)
+    });
+    let mut total = 0;
+    join_all(reads)
         .await
-        {
-            Ok((records, bytes, bounds)) => {
-                fetched.data.records = Some(records);
-                fetched.bytes = bytes;
-                fetched.data.high_watermark = bounds.next_offset as i64;
-                fetched.data.last_stable_offset = bounds.next_offset as i64;
-                fetched.data.log_start_offset = bounds.oldest_offset as i64;
-                left = left.saturating_sub(bytes);
+        .into_iter()
+        .zip(wanted)
+        .map(|(result, (topic, index, ..))| {
+            let mut fetched = FetchedPartition::default();
+            fetched.data.partition_index = *index;
+            match result {
+                Ok((records, bytes, bounds)) => {
+                    fetched.data.high_watermark = bounds.next_offset as i64;
+                    fetched.data.last_stable_offset = bounds.next_offset as i64;
+                    fetched.data.log_start_offset = bounds.oldest_offset as i64;
+                    if total == 0 || total + bytes <= max_bytes {
+                        total += bytes;
+                        broker.metrics.records_read(topic, records.1);
+                        fetched.data.records = Some(records.0);
+                        fetched.bytes = bytes;
+                    }
+                }
+                Err(code) => {
+                    fetched.data.error_code = code;
+                    fetched.data.high_watermark = -1;
+                }
             }
-            Err(code) => {
-                fetched.data.error_code = code;
-                fetched.data.high_watermark = -1;
-            }
-        }
-        read.push(fetched);
-    }
-    read
+            fetched
+        })
+        .collect()
 }
 
-/// Reads one partition from `offset`: its records encoded as batches, their size, and the
-/// partition's bounds.
+/// Reads one partition from `offset`, up to `limit` bytes (at least one record when there is
+/// one): its records encoded as batches and their count, their size, and the partition's
+/// bounds.
 async fn read_partition(
     broker: &Broker,
     principal: &Principal,
@@ -638,8 +636,7 @@ async fn read_partition(
     index: i32,
     offset: i64,
     limit: usize,
-    at_least_one: bool,
-) -> Result<(Bytes, usize, crate::log::Bounds), i16> {
+) -> Result<((Bytes, u64), usize, crate::log::Bounds), i16> {
     let log = &broker.log;
     if !principal.may(Permission::Consume, Some(topic)) {
         return Err(ResponseError::TopicAuthorizationFailed.code());
@@ -669,7 +666,7 @@ async fn read_partition(
         }
         for record in page.records {
             let size = encoded_size(&record);
-            if bytes + size > limit && !(at_least_one && records.is_empty()) {
+            if bytes + size > limit && !records.is_empty() {
                 break 'pages;
             }
             bytes += size;
@@ -677,10 +674,9 @@ async fn read_partition(
             records.push(record);
         }
     }
-    broker.metrics.records_read(topic, records.len() as u64);
     let mut encoded = Vec::with_capacity(bytes + 64);
     encode_records(&records, &mut encoded);
-    Ok((Bytes::from(encoded), bytes, bounds))
+    Ok(((Bytes::from(encoded), records.len() as u64), bytes, bounds))
 }
 
 /// ListOffsets: the oldest offset (-2), the next offset (-1), or the first offset appended

@@ -263,7 +263,8 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
             request(broker, &mut session, frame).await
         };
         if let Some(answer) = answer {
-            stream.write_all(&answer).await?;
+            stream.write_all(&answer.head).await?;
+            stream.write_all(&answer.body).await?;
         }
         if session.closing {
             stream.flush().await?;
@@ -274,7 +275,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
 
 /// One request frame's answer (a whole frame), or `None` when none is due (a Produce with
 /// `acks=0`).
-async fn request(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Option<Vec<u8>> {
+async fn request(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Option<Frame> {
     if frame.len() < 8 {
         session.closing = true;
         return None;
@@ -316,13 +317,13 @@ async fn request(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Op
         .metrics
         .kafka_request(api_name(api), &error_name(error), started.elapsed());
     let answer = answer?;
-    Some(frame_of(api, answer.version, correlation_id, answer.body))
+    Some(Frame::of(api, answer.version, correlation_id, answer.body))
 }
 
 /// An answer to a request: its encoded body, the version it is encoded in, and the error
 /// code the metrics count it under (the worst of its parts; 0 for none).
 pub(crate) struct Answer {
-    body: Vec<u8>,
+    body: Bytes,
     version: i16,
     error: i16,
 }
@@ -333,7 +334,7 @@ impl Answer {
         let mut body = BytesMut::new();
         match response.encode(&mut body, version) {
             Ok(()) => Some(Self {
-                body: body.to_vec(),
+                body: body.freeze(),
                 version,
                 error,
             }),
@@ -345,32 +346,42 @@ impl Answer {
     }
 }
 
-/// A response frame: size, header, body.
-fn frame_of(api: ApiKey, version: i16, correlation_id: i32, body: Vec<u8>) -> Vec<u8> {
-    let mut header = BytesMut::new();
-    ResponseHeader::default()
-        .with_correlation_id(correlation_id)
-        .encode(&mut header, api.response_header_version(version))
-        .expect("a response header encodes");
-    let size = (header.len() + body.len()) as i32;
-    let mut frame = Vec::with_capacity(4 + size as usize);
-    frame.extend_from_slice(&size.to_be_bytes());
-    frame.extend_from_slice(&header);
-    frame.extend_from_slice(&body);
-    frame
+/// A response frame: its size and header, then its body, written as they are (a fetch's body
+/// is most of what the listener sends: it is not copied again).
+pub(crate) struct Frame {
+    head: Vec<u8>,
+    body: Bytes,
+}
+
+impl Frame {
+    /// The frame of `body`, an answer of `api` in `version` to request `correlation_id`.
+    fn of(api: ApiKey, version: i16, correlation_id: i32, body: Bytes) -> Self {
+        let mut header = BytesMut::new();
+        ResponseHeader::default()
+            .with_correlation_id(correlation_id)
+            .encode(&mut header, api.response_header_version(version))
+            .expect("a response header encodes");
+        Self::whole(&header, body)
+    }
+
+    /// A frame of `head` (after the size) and `body`.
+    fn whole(head: &[u8], body: Bytes) -> Self {
+        let size = (head.len() + body.len()) as i32;
+        let mut frame = size.to_be_bytes().to_vec();
+        frame.extend_from_slice(head);
+        Self { head: frame, body }
+    }
 }
 
 /// The answer to a request of an API key or version this listener does not serve: its
 /// correlation id and `UNSUPPORTED_VERSION`. Clients ask ApiVersions first and never send one;
 /// a client that does learns why instead of losing its connection.
-fn unsupported(correlation_id: i32, key: i16) -> Vec<u8> {
+fn unsupported(correlation_id: i32, key: i16) -> Frame {
     log::debug!("kafka: a request of API key {key} in a version not served");
     let code = kafka_protocol::ResponseError::UnsupportedVersion.code();
-    let mut frame = Vec::with_capacity(10);
-    frame.extend_from_slice(&6i32.to_be_bytes());
-    frame.extend_from_slice(&correlation_id.to_be_bytes());
-    frame.extend_from_slice(&code.to_be_bytes());
-    frame
+    let mut head = correlation_id.to_be_bytes().to_vec();
+    head.extend_from_slice(&code.to_be_bytes());
+    Frame::whole(&head, Bytes::new())
 }
 
 /// An error code's name in the metrics: `none`, or the protocol's (`CorruptMessage`, ...).
