@@ -493,10 +493,10 @@ impl<'a> Posts<'a> {
 }
 
 /// Reads one HTTP/1.1 answer with a `Content-Length` body, checks that it is a 2xx, and answers
-/// the body's length.
-fn read_answer(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> usize {
+/// the body's length. Shared by the sections whose loops speak HTTP themselves.
+pub fn read_answer(stream: &mut TcpStream, buffer: &mut Vec<u8>) -> usize {
     buffer.clear();
-    let mut chunk = [0u8; 16 * 1024];
+    let mut chunk = [0u8; 64 * 1024];
     let mut searched = 0usize;
     loop {
         let read = stream.read(&mut chunk).unwrap();

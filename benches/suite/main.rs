@@ -20,7 +20,11 @@
 //! `--server`, wrk and openssl; what TLS and 10,000 scoped tokens cost, against plaintext and
 //! no tokens in the same run) or `client` (needs `--server` and wrk; `durability produce` and
 //! `durability consume` of 10⁶ records, 10⁵ with `--quick`, and the typed client's CPU per
-//! append, each against the bench's own requests to the same server). Writes
+//! append, each against the bench's own requests to the same server) or `kafka` (needs
+//! `--server` and confluent-kafka in `.venv-kafka`, which `scripts/install-kafka-clients`
+//! makes: skipped with a message without it; a confluent-kafka producer and consumer of 10⁶
+//! records, 10⁵ with `--quick`, each against the bench's REST requests for the same records,
+//! and the server's CPU per record of each). Writes
 //! `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only` replaces only what that section
 //! writes in them (`throughput`: the goals it measures, the throughput and latency tables;
 //! `cold` writes nothing there).
@@ -31,6 +35,7 @@ mod cpu;
 mod embedded;
 mod external;
 mod failovers;
+mod kafka;
 mod latency;
 mod million;
 mod partitions;
@@ -313,6 +318,19 @@ fn main() {
             appends,
             budget,
         ));
+    }
+
+    if let Some(binary) = args.server.as_ref().filter(|_| args.runs("kafka")) {
+        if kafka::installed() {
+            let records = if args.quick { 100_000 } else { 1_000_000 };
+            report.kafka = Some(kafka::run(binary, &dir("kafka"), &payload, records));
+        } else {
+            eprintln!(
+                "kafka: skipped: {} cannot import confluent_kafka (scripts/install-kafka-clients \
+                 installs it)",
+                kafka::python().display()
+            );
+        }
     }
 
     report.write(&args.out, args.quick, args.only.as_deref());

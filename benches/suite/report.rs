@@ -96,6 +96,8 @@ pub struct Report {
     pub security: Option<crate::security::Security>,
     /// What the client commands and the typed client cost, against the bench's own requests.
     pub client: Option<crate::client::ClientSide>,
+    /// What Kafka clients get through the Kafka listener, against REST requests.
+    pub kafka: Option<crate::kafka::Kafka>,
 }
 
 fn ratio(value: f64, base: Option<f64>) -> Option<f64> {
@@ -119,6 +121,7 @@ impl Report {
             cpu: None,
             security: None,
             client: None,
+            kafka: None,
         }
     }
 
@@ -461,6 +464,7 @@ impl Report {
         self.failovers_markdown(&mut md);
         self.security_markdown(&mut md);
         self.client_markdown(&mut md);
+        self.kafka_markdown(&mut md);
         md
     }
 
@@ -898,6 +902,136 @@ impl Report {
         );
     }
 
+    /// The Kafka section: Kafka clients' rates and the server's CPU per record, each against
+    /// REST requests for the same records to the same server.
+    fn kafka_markdown(&self, md: &mut String) {
+        let Some(k) = &self.kafka else {
+            return;
+        };
+        use crate::kafka::{BATCH, FETCH_WAIT_S, PAGE, PARTITIONS};
+        let page = thousands(PAGE as f64);
+        let _ = writeln!(md, "\n{KAFKA}\n");
+        let _ = writeln!(
+            md,
+            "What Kafka clients get through the Kafka listener, each figure next to REST \
+             requests for the same records to the same server in the same run (`sync = full`, \
+             100 B JSON values, no keys, topics of {PARTITIONS} partitions, \
+             `log.max_batch_size = {PAGE}` so that REST pages of {page} are allowed). The Kafka \
+             client is confluent-kafka {} in Python (`tests/kafka/bench_produce.py`, \
+             `tests/kafka/bench_fetch.py`), connected before its timing starts; the REST \
+             requests are the bench's own, HTTP/1.1 on keep-alive connections opened before \
+             the timing, built beforehand. The producer sends {} records round-robin over the \
+             partitions with `acks=all` and `linger.ms=5`; librdkafka keeps many requests in \
+             flight on its one connection, a batch of each partition in them, so the REST \
+             baseline of the goal has a batch of each partition in flight too: one connection \
+             per partition, one {BATCH}-record POST at a time on each. The consumer `assign()`s \
+             every partition from its beginning (no group, no commits, librdkafka's fetch \
+             defaults) and reads the records of the first producer run; librdkafka keeps one \
+             Fetch in flight per broker, for every partition, so the REST baseline of the goal \
+             is one connection reading pages of {page}, one at a time, partition after \
+             partition. A figure and its baselines alternate (AB, BA, AB), and of three runs \
+             each the median is kept. Server CPU is the server's own (user and system, \
+             `/proc/PID/stat`) per record, counted until it is idle again after a run, so its \
+             indexer's work is in (median of the three runs). Clients and server share the \
+             machine's {} cores.\n",
+            kafka_client_version(),
+            thousands(k.records as f64),
+            std::thread::available_parallelism().map_or(1, usize::from),
+        );
+        compared_table(md, &kafka_rows(k));
+        let (produce, posts, sequential) = (
+            k.produce.median(),
+            k.posts.median(),
+            k.sequential_posts.median(),
+        );
+        let (fetch, pages, parallel) = (
+            k.fetch.median(),
+            k.pages.median(),
+            k.parallel_pages.median(),
+        );
+        let range = |runs: &crate::kafka::Runs| {
+            let (slowest, fastest) = runs.range();
+            format!("{} to {}", thousands(slowest), thousands(fastest))
+        };
+        let per = |total: u64, count: u64| total as f64 / count.max(1) as f64;
+        let _ = writeln!(
+            md,
+            "\nProduce (the run of median rate): the producer sent {} Produce requests carrying \
+             {} record batches, {} records a batch and {:.1} batches a request; the server \
+             took {:.1} ms over each on average (from the request read to its answer made, \
+             the fsync included) and was busy with them {:.0} % of the run, answering the \
+             connection's requests one at a time. Server CPU per record: {:.2} µs user and \
+             {:.2} µs system for the producer's records, of which the volume's committer \
+             thread (SQLite's inserts, the fsyncs) {:.2} µs; {:.2}, {:.2} and {:.2} µs for the \
+             POSTs over {PARTITIONS} connections; {:.2}, {:.2} and {:.2} µs over one. The \
+             committer's share of the run: {:.0} % for the producer, {:.0} % for the POSTs over \
+             {PARTITIONS} connections. The producer's process spent \
+             {:.2} µs of CPU per record (the Python loop and librdkafka's threads), the \
+             bench's loops {:.2} and {:.2} µs. Records/s of the three runs: the producer {}; \
+             the POSTs over {PARTITIONS} connections {}, over one {}.",
+            produce.requests,
+            produce.batches,
+            thousands(per(k.records, produce.batches)),
+            per(produce.batches, produce.requests),
+            produce.request_seconds * 1e3 / produce.requests.max(1) as f64,
+            produce.server_busy() * 100.0,
+            produce.server_user_us,
+            produce.server_system_us,
+            produce.committer_us,
+            posts.server_user_us,
+            posts.server_system_us,
+            posts.committer_us,
+            sequential.server_user_us,
+            sequential.server_system_us,
+            sequential.committer_us,
+            produce.committer_us * produce.records_per_second / 1e4,
+            posts.committer_us * posts.records_per_second / 1e4,
+            produce.client_us,
+            posts.client_us,
+            sequential.client_us,
+            range(&k.produce),
+            range(&k.posts),
+            range(&k.sequential_posts),
+        );
+        let working = fetch.working_requests();
+        let _ = writeln!(
+            md,
+            "\nFetch (the run of median rate): the consumer sent {} Fetch requests that \
+             carried records, {} records each on average, and {} more once \
+             every partition was read, which waited `fetch.wait.max.ms` ({FETCH_WAIT_S} s) for \
+             records that never came, after the timing ended; the server took {:.1} ms over \
+             each of the first on average and was busy with them {:.0} % of the run: \
+             librdkafka sends its next Fetch once it has taken the previous answer in. Server \
+             CPU per record: {:.2} µs user and {:.2} µs system for the consumer, {:.2} and \
+             {:.2} for the pages over one connection, {:.2} and {:.2} over {PARTITIONS}. The \
+             consumer's process spent {:.2} µs of CPU per record, the bench's loops {:.2} and \
+             {:.2} µs. Records/s of the three runs: the consumer {}; the pages over one \
+             connection {}, over {PARTITIONS} {}. The machine's load average (1 min, this \
+             section's own processes included) was {:.1} as the section began and {:.1} as it \
+             ended.",
+            working,
+            thousands(per(k.records, working)),
+            fetch.long_polls,
+            (fetch.request_seconds - fetch.long_polls as f64 * FETCH_WAIT_S) * 1e3
+                / working.max(1) as f64,
+            fetch.server_busy() * 100.0,
+            fetch.server_user_us,
+            fetch.server_system_us,
+            pages.server_user_us,
+            pages.server_system_us,
+            parallel.server_user_us,
+            parallel.server_system_us,
+            fetch.client_us,
+            pages.client_us,
+            parallel.client_us,
+            range(&k.fetch),
+            range(&k.pages),
+            range(&k.parallel_pages),
+            k.load.0,
+            k.load.1,
+        );
+    }
+
     /// The CPU-per-request section: the server's CPU time per HTTP request, user and system,
     /// next to the framework's floor for the same request.
     fn cpu_markdown(&self, md: &mut String) {
@@ -1233,6 +1367,7 @@ impl Report {
             }),
             "security": self.security.as_ref().map(security_json),
             "client": self.client.as_ref().map(client_json),
+            "kafka": self.kafka.as_ref().map(kafka_json),
             "replication": self.replication.as_ref().map(|r| json!({
                 "put_ms": [r.put_ms.0, r.put_ms.1],
                 "linger_ms": r.linger_ms,
@@ -1315,6 +1450,7 @@ fn own_headings(section: &str) -> &'static [&'static str] {
         "cpu" => &["## CPU per request"],
         "security" => &[SECURITY],
         "client" => &[CLIENT],
+        "kafka" => &[KAFKA],
         _ => &[],
     }
 }
@@ -1329,6 +1465,8 @@ const REPEATED_FAILOVERS: &str = "## Repeated failovers";
 const SECURITY: &str = "## Security";
 /// The client section's heading.
 const CLIENT: &str = "## Client";
+/// The Kafka section's heading.
+const KAFKA: &str = "## Kafka protocol";
 
 /// The tables whose rows come from several sections, with how many leading cells name a row:
 /// a run of one section keeps the rows of the others.
@@ -1782,6 +1920,161 @@ fn client_json(c: &crate::client::ClientSide) -> serde_json::Value {
         "typed_append": appends(&c.typed),
         "bare_append": appends(&c.bare),
         "rows": client_rows(c).iter().map(|row| json!({
+            "what": row.figure,
+            "value": row.value,
+            "unit": row.unit,
+            "baseline": row.baseline,
+            "baseline_is": row.baseline_is,
+            "ratio": row.ratio(),
+            "goal": row.goal.as_ref().map(|(goal, _)| goal),
+            "met": row.goal.as_ref().map(|(_, met)| met),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The version of confluent-kafka in `.venv-kafka`, as it says.
+fn kafka_client_version() -> String {
+    let output = std::process::Command::new(crate::kafka::python())
+        .args([
+            "-c",
+            "import confluent_kafka as c; print(c.__version__, '(librdkafka', c.libversion()[0] + ')')",
+        ])
+        .output();
+    output
+        .ok()
+        .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+        .filter(|version| !version.is_empty())
+        .unwrap_or_else(|| "(version unknown)".into())
+}
+
+/// The Kafka figures against their baselines, with the goals of the issue that asked for them.
+fn kafka_rows(k: &crate::kafka::Kafka) -> Vec<Compared> {
+    use crate::kafka::PARTITIONS;
+    let records = thousands(k.records as f64);
+    let produce = k.produce.median().records_per_second;
+    let (posts, sequential) = (
+        k.posts.median().records_per_second,
+        k.sequential_posts.median().records_per_second,
+    );
+    let fetch = k.fetch.median().records_per_second;
+    let (pages, parallel) = (
+        k.pages.median().records_per_second,
+        k.parallel_pages.median().records_per_second,
+    );
+    let (produce_cpu, posts_cpu, sequential_cpu) = (
+        k.produce.median_server_us(),
+        k.posts.median_server_us(),
+        k.sequential_posts.median_server_us(),
+    );
+    let (fetch_cpu, pages_cpu) = (k.fetch.median_server_us(), k.pages.median_server_us());
+    let producer = format!(
+        "confluent-kafka producer: {records} 100 B JSON values round-robin over {PARTITIONS} \
+         partitions, `acks=all`, `linger.ms=5`"
+    );
+    let consumer = format!(
+        "confluent-kafka consumer: the same {records} records, {PARTITIONS} partitions \
+         `assign()`ed from the beginning, fetch defaults"
+    );
+    let per_connection =
+        "REST: 100-record POSTs, one connection per partition, one at a time on each";
+    let one_connection =
+        "REST: 100-record POSTs, one connection, one at a time, partitions in turn";
+    vec![
+        Compared {
+            figure: producer.clone(),
+            value: produce,
+            baseline: posts,
+            baseline_is: per_connection,
+            unit: "records/s",
+            goal: Some(("≥ 1.0× baseline".into(), produce >= posts)),
+        },
+        Compared {
+            figure: producer,
+            value: produce,
+            baseline: sequential,
+            baseline_is: one_connection,
+            unit: "records/s",
+            goal: None,
+        },
+        Compared {
+            figure: consumer.clone(),
+            value: fetch,
+            baseline: pages,
+            baseline_is: "REST: GETs of pages of 1,000, one connection, one at a time, \
+                          partition after partition",
+            unit: "records/s",
+            goal: Some(("≥ 1.0× baseline".into(), fetch >= pages)),
+        },
+        Compared {
+            figure: consumer,
+            value: fetch,
+            baseline: parallel,
+            baseline_is: "REST: GETs of pages of 1,000, one connection per partition",
+            unit: "records/s",
+            goal: None,
+        },
+        Compared {
+            figure: "server CPU per record produced by the confluent-kafka producer".into(),
+            value: produce_cpu,
+            baseline: posts_cpu,
+            baseline_is: per_connection,
+            unit: "µs",
+            goal: Some(("≤ 1.2× baseline".into(), produce_cpu <= 1.2 * posts_cpu)),
+        },
+        Compared {
+            figure: "server CPU per record produced by the confluent-kafka producer".into(),
+            value: produce_cpu,
+            baseline: sequential_cpu,
+            baseline_is: one_connection,
+            unit: "µs",
+            goal: None,
+        },
+        Compared {
+            figure: "server CPU per record fetched by the confluent-kafka consumer".into(),
+            value: fetch_cpu,
+            baseline: pages_cpu,
+            baseline_is: "REST: GETs of pages of 1,000, one connection",
+            unit: "µs",
+            goal: None,
+        },
+    ]
+}
+
+/// The `kafka` entry of the results.
+fn kafka_json(k: &crate::kafka::Kafka) -> serde_json::Value {
+    let runs = |runs: &crate::kafka::Runs| {
+        let run = |run: &crate::kafka::Run| {
+            json!({
+                "records_per_second": run.records_per_second,
+                "seconds": run.seconds,
+                "server_us": run.server_us(),
+                "server_user_us": run.server_user_us,
+                "server_system_us": run.server_system_us,
+                "committer_us": run.committer_us,
+                "client_us": run.client_us,
+                "requests": run.requests,
+                "request_seconds": run.request_seconds,
+                "long_polls": run.long_polls,
+                "batches": run.batches,
+            })
+        };
+        json!({
+            "median": run(&runs.median()),
+            "median_server_us": runs.median_server_us(),
+            "runs": runs.0.iter().map(run).collect::<Vec<_>>(),
+        })
+    };
+    json!({
+        "records": k.records,
+        "partitions": crate::kafka::PARTITIONS,
+        "load_average": [k.load.0, k.load.1],
+        "produce": runs(&k.produce),
+        "posts": runs(&k.posts),
+        "sequential_posts": runs(&k.sequential_posts),
+        "fetch": runs(&k.fetch),
+        "pages": runs(&k.pages),
+        "parallel_pages": runs(&k.parallel_pages),
+        "rows": kafka_rows(k).iter().map(|row| json!({
             "what": row.figure,
             "value": row.value,
             "unit": row.unit,
