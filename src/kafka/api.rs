@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures_util::future::join_all;
+use futures_util::future::{LocalBoxFuture, join_all};
 use kafka_protocol::ResponseError;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
@@ -34,7 +34,7 @@ use super::producers::{Batch, Check, Producers};
 use super::{Answer, Broker, Frame, Session};
 use crate::auth::{Permission, Principal};
 use crate::error::{Error, ErrorCode};
-use crate::log::{AppendOutcome, AppendRejection, NewRecord, Page};
+use crate::log::{AppendOutcome, AppendRejection, NewRecord, Page, Submitted};
 
 /// Every API key served, with the versions served: what ApiVersions answers.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
@@ -76,24 +76,35 @@ const PLAIN: &str = "PLAIN";
 /// The protocol's code for no error.
 const NONE: i16 = 0;
 
-/// Answers one request (its header read; `body` is the rest of the frame).
-pub(super) async fn answer(
-    broker: &Broker,
-    session: &mut Session,
+/// A request's answer to come.
+pub(super) enum Next<'b, 's, T = Option<Answer>> {
+    /// What had to happen in the order the requests came has happened (a produce's appends
+    /// were handed over), and the answer needs nothing of the connection's session: the next
+    /// request may be read before this one is answered.
+    Pipelined(LocalBoxFuture<'b, T>),
+    /// To be answered before the next request is read.
+    InTurn(LocalBoxFuture<'s, T>),
+}
+
+/// The answer of one request (its header read; `body` is the rest of the frame).
+pub(super) fn answer<'b: 's, 's>(
+    broker: &'b Broker,
+    session: &'s mut Session,
     api: ApiKey,
     header: &RequestHeader,
     mut body: Bytes,
-) -> Option<Answer> {
+) -> Next<'b, 's> {
+    let now = |answer: Option<Answer>| Next::InTurn(Box::pin(std::future::ready(answer)));
     let version = header.request_api_version;
     if api == ApiKey::ApiVersions {
-        return api_versions(&mut body, version);
+        return now(api_versions(&mut body, version));
     }
     // Before a client with credentials to show authenticates, it may only do that.
     let principal = session.principal(broker);
     if principal.is_none() && !matches!(api, ApiKey::SaslHandshake | ApiKey::SaslAuthenticate) {
         log::debug!("kafka: {} before authenticating", name(api));
         session.closing = true;
-        return None;
+        return now(None);
     }
     macro_rules! decoded {
         ($request:ty) => {
@@ -102,30 +113,61 @@ pub(super) async fn answer(
                 Err(err) => {
                     log::debug!("kafka: an unreadable {} request: {err}", name(api));
                     session.closing = true;
-                    return None;
+                    return now(None);
                 }
             }
         };
     }
     let principal =
         principal.unwrap_or_else(|| Arc::new(Principal::new("unauthenticated", vec![])));
+    let later = |answer: Answering<'b>| Next::InTurn(answer);
     match api {
-        ApiKey::SaslHandshake => sasl_handshake(session, decoded!(SaslHandshakeRequest), version),
-        ApiKey::SaslAuthenticate => {
-            sasl_authenticate(broker, session, decoded!(SaslAuthenticateRequest), version)
+        ApiKey::SaslHandshake => now(sasl_handshake(
+            session,
+            decoded!(SaslHandshakeRequest),
+            version,
+        )),
+        ApiKey::SaslAuthenticate => now(sasl_authenticate(
+            broker,
+            session,
+            decoded!(SaslAuthenticateRequest),
+            version,
+        )),
+        ApiKey::Produce => match produce(broker, &principal, decoded!(ProduceRequest), version) {
+            (answer, true) => Next::Pipelined(answer),
+            (answer, false) => Next::InTurn(answer),
+        },
+        ApiKey::Metadata => {
+            let request = decoded!(MetadataRequest);
+            later(Box::pin(async move {
+                metadata(broker, &principal, request, version).await
+            }))
         }
-        ApiKey::Metadata => metadata(broker, &principal, decoded!(MetadataRequest), version).await,
-        ApiKey::Produce => produce(broker, &principal, decoded!(ProduceRequest), version).await,
-        ApiKey::Fetch => fetch(broker, &principal, decoded!(FetchRequest), version).await,
+        ApiKey::Fetch => {
+            let request = decoded!(FetchRequest);
+            later(Box::pin(async move {
+                fetch(broker, &principal, request, version).await
+            }))
+        }
         ApiKey::ListOffsets => {
-            list_offsets(broker, &principal, decoded!(ListOffsetsRequest), version).await
+            let request = decoded!(ListOffsetsRequest);
+            later(Box::pin(async move {
+                list_offsets(broker, &principal, request, version).await
+            }))
         }
-        ApiKey::InitProducerId => init_producer_id(decoded!(InitProducerIdRequest), version),
+        ApiKey::InitProducerId => now(init_producer_id(decoded!(InitProducerIdRequest), version)),
         ApiKey::CreateTopics => {
-            create_topics(broker, &principal, decoded!(CreateTopicsRequest), version).await
+            let request = decoded!(CreateTopicsRequest);
+            later(Box::pin(async move {
+                create_topics(broker, &principal, request, version).await
+            }))
         }
-        ApiKey::DeleteTopics => delete_topics(&principal, decoded!(DeleteTopicsRequest), version),
-        _ => None,
+        ApiKey::DeleteTopics => now(delete_topics(
+            &principal,
+            decoded!(DeleteTopicsRequest),
+            version,
+        )),
+        _ => now(None),
     }
 }
 
@@ -367,91 +409,181 @@ fn leader(broker: &Broker, topic: &str, index: u32) -> Option<i32> {
     (with_listener || node == cluster.node()).then(|| super::broker_id_of(&node))
 }
 
+/// A request's answer to come.
+pub(super) type Answering<'a> = LocalBoxFuture<'a, Option<Answer>>;
+
 /// Produce: each partition's batches decoded whole (or refused whole, `CORRUPT_MESSAGE`) and
-/// appended; the partitions of one request are appended together. Answered once the records
-/// are durable, as `sync` and replication say; `acks=0` is not answered at all.
-async fn produce(
-    broker: &Broker,
+/// handed to its committer here, in the order the requests came; the partitions of one
+/// request are appended together. The answer comes once the records are durable, as `sync`
+/// and replication say; `acks=0` is not answered at all.
+///
+/// Also answers whether every append was handed over: then a later request may be prepared
+/// before this one is answered, its appends still after these. Otherwise the answer must be
+/// awaited first.
+fn produce<'b>(
+    broker: &'b Broker,
     principal: &Principal,
     request: ProduceRequest,
     version: i16,
-) -> Option<Answer> {
+) -> (Answering<'b>, bool) {
     let transactional = request.transactional_id.is_some();
-    let writes = request.topic_data.into_iter().flat_map(|topic| {
+    let mut handed_all = true;
+    let mut later: Vec<(String, i32)> = Vec::new();
+    let mut writes = Vec::new();
+    for topic in request.topic_data {
         let name = topic.name.0.to_string();
-        topic
-            .partition_data
-            .into_iter()
-            .map(move |partition| (name.clone(), partition.index, partition.records))
-    });
-    let results = join_all(writes.map(|(topic, index, records)| async move {
-        let result = if transactional {
-            Err(ResponseError::TransactionalIdAuthorizationFailed.code())
-        } else if !principal.may(Permission::Produce, Some(&topic)) {
-            Err(ResponseError::TopicAuthorizationFailed.code())
-        } else {
-            produce_partition(broker, &topic, index, records.unwrap_or_default()).await
-        };
-        (topic, index, result)
-    }))
-    .await;
-    if request.acks == 0 {
-        return None;
-    }
-    let mut by_topic: BTreeMap<String, Vec<PartitionProduceResponse>> = BTreeMap::new();
-    let mut worst = NONE;
-    for (topic, index, result) in results {
-        let mut answer = PartitionProduceResponse::default();
-        answer.index = index;
-        match result {
-            Ok((base_offset, appended_at)) => {
-                answer.base_offset = base_offset as i64;
-                answer.log_append_time_ms = appended_at;
-            }
-            Err(code) => {
-                answer.error_code = code;
-                answer.base_offset = -1;
-                worst = code;
-            }
+        for partition in topic.partition_data {
+            let index = partition.index;
+            let written: Written<'_> = if transactional {
+                ready(Err(ResponseError::TransactionalIdAuthorizationFailed.code()))
+            } else if !principal.may(Permission::Produce, Some(&name)) {
+                ready(Err(ResponseError::TopicAuthorizationFailed.code()))
+            } else {
+                // A partition named twice keeps its order: after one that could not be handed
+                // over, the next goes the slow way too.
+                let keep_order = later.contains(&(name.clone(), index));
+                let records = partition.records.unwrap_or_default();
+                let (written, handed) =
+                    prepare_partition(broker, name.clone(), index, records, keep_order);
+                if !handed {
+                    handed_all = false;
+                    later.push((name.clone(), index));
+                }
+                written
+            };
+            writes.push((name.clone(), index, written));
         }
-        by_topic.entry(topic).or_default().push(answer);
     }
-    let mut response = ProduceResponse::default();
-    response.responses = by_topic
-        .into_iter()
-        .map(|(name, partitions)| {
-            let mut topic = TopicProduceResponse::default();
-            topic.name = TopicName(StrBytes::from_string(name));
-            topic.partition_responses = partitions;
-            topic
-        })
-        .collect();
-    Answer::of(&response, version, worst)
+    let acks = request.acks;
+    let answer = async move {
+        let (places, written): (Vec<_>, Vec<_>) = writes
+            .into_iter()
+            .map(|(topic, index, written)| ((topic, index), written))
+            .unzip();
+        let results = join_all(written).await;
+        if acks == 0 {
+            return None;
+        }
+        let mut by_topic: BTreeMap<String, Vec<PartitionProduceResponse>> = BTreeMap::new();
+        let mut worst = NONE;
+        for ((topic, index), result) in places.into_iter().zip(results) {
+            let mut answer = PartitionProduceResponse::default();
+            answer.index = index;
+            match result {
+                Ok((base_offset, appended_at)) => {
+                    answer.base_offset = base_offset as i64;
+                    answer.log_append_time_ms = appended_at;
+                }
+                Err(code) => {
+                    answer.error_code = code;
+                    answer.base_offset = -1;
+                    worst = code;
+                }
+            }
+            by_topic.entry(topic).or_default().push(answer);
+        }
+        let mut response = ProduceResponse::default();
+        response.responses = by_topic
+            .into_iter()
+            .map(|(name, partitions)| {
+                let mut topic = TopicProduceResponse::default();
+                topic.name = TopicName(StrBytes::from_string(name));
+                topic.partition_responses = partitions;
+                topic
+            })
+            .collect();
+        Answer::of(&response, version, worst)
+    };
+    (Box::pin(answer), handed_all)
 }
 
-/// Appends one partition's share of a Produce: its first offset and append time, or why not.
-async fn produce_partition(
+/// One partition's share of a Produce to come: its first offset and append time, or why not.
+type Written<'a> = LocalBoxFuture<'a, Result<(u64, i64), i16>>;
+
+fn ready<'a>(result: Result<(u64, i64), i16>) -> Written<'a> {
+    Box::pin(std::future::ready(result))
+}
+
+/// Decodes one partition's share of a Produce and hands its records to the partition's
+/// committer now when it can (`slow`: it may not, to keep a partition's order); answers the
+/// write to come and whether it was handed over (or refused, which is as final).
+fn prepare_partition(
     broker: &Broker,
-    topic: &str,
+    topic: String,
     index: i32,
     records: Bytes,
-) -> Result<(u64, i64), i16> {
+    slow: bool,
+) -> (Written<'_>, bool) {
     let log = &broker.log;
-    let partition =
-        u32::try_from(index).map_err(|_| ResponseError::UnknownTopicOrPartition.code())?;
-    if !log.holds(topic, partition).map_err(|err| code_of(&err))? {
-        return Err(ResponseError::NotLeaderOrFollower.code());
+    let Ok(partition) = u32::try_from(index) else {
+        return (
+            ready(Err(ResponseError::UnknownTopicOrPartition.code())),
+            true,
+        );
+    };
+    match log.holds(&topic, partition) {
+        Ok(true) => {}
+        Ok(false) => return (ready(Err(ResponseError::NotLeaderOrFollower.code())), true),
+        Err(err) => return (ready(Err(code_of(&err))), true),
     }
-    let batches = decode_batches(&records, broker.max_request_bytes).map_err(|err| {
+    let chunks = match decoded_chunks(broker, &topic, partition, &records) {
+        Ok(chunks) => chunks,
+        Err(code) => return (ready(Err(code)), true),
+    };
+    let count: u64 = chunks.iter().map(|chunk| chunk.len() as u64).sum();
+    let bytes: u64 = chunks
+        .iter()
+        .flatten()
+        .map(|record| record.payload.len() as u64)
+        .sum();
+    let submitted = if slow {
+        Ok(Submitted::NotNow(chunks))
+    } else {
+        log.submit_batches(&topic, partition, chunks)
+    };
+    let (appended, handed): (LocalBoxFuture<'_, _>, bool) = match submitted {
+        Err(err) => return (ready(Err(code_of(&err))), true),
+        Ok(Submitted::Handed(appended)) => (Box::pin(appended), true),
+        Ok(Submitted::NotNow(chunks)) => {
+            let topic = topic.clone();
+            let appended = async move { log.append_batches(&topic, partition, chunks).await };
+            (Box::pin(appended), false)
+        }
+    };
+    let written = async move {
+        let appended = appended.await.map_err(|err| code_of(&err))?;
+        let mut first = None;
+        for appended in appended {
+            match appended.outcome {
+                AppendOutcome::Appended { offsets } => first = first.or(offsets.first().copied()),
+                AppendOutcome::Rejected(rejection) => return Err(rejection_code(&rejection)),
+            }
+        }
+        broker.metrics.appended(&topic, count, bytes);
+        let first = first.ok_or_else(|| ResponseError::InvalidRecord.code())?;
+        Ok((first, log.now_ms()))
+    };
+    (Box::pin(written), handed)
+}
+
+/// A partition's records of a Produce, decoded and checked (an idempotent producer's
+/// sequences accepted, each record given its deduplication key), in batches of at most
+/// `log.max_batch_size` records.
+fn decoded_chunks(
+    broker: &Broker,
+    topic: &str,
+    partition: u32,
+    records: &[u8],
+) -> Result<Vec<Vec<NewRecord>>, i16> {
+    let batches = decode_batches(records, broker.max_request_bytes).map_err(|err| {
         log::debug!("kafka: produce to {topic}:{partition}: {err}");
         match err {
             BatchError::Corrupt(_) => ResponseError::CorruptMessage.code(),
             BatchError::Unsupported(_) => ResponseError::UnsupportedForMessageFormat.code(),
         }
     })?;
-    let max_batch_size = log.config().topic_log(topic).max_batch_size;
+    let max_batch_size = broker.log.config().topic_log(topic).max_batch_size;
     let mut chunks: Vec<Vec<NewRecord>> = Vec::new();
-    let mut idempotent = Vec::new();
     for batch in batches {
         broker.metrics.kafka_batch(batch.codec);
         let mut records = batch.records;
@@ -463,7 +595,7 @@ async fn produce_partition(
                 partition,
                 sequence: batch.base_sequence,
             };
-            match broker.producers.check(&sent) {
+            match broker.producers.accept(&sent, records.len()) {
                 Check::Write => {}
                 Check::OutOfOrder => return Err(ResponseError::OutOfOrderSequenceNumber.code()),
                 Check::StaleEpoch => return Err(ResponseError::InvalidProducerEpoch.code()),
@@ -471,7 +603,6 @@ async fn produce_partition(
             for (at, record) in records.iter_mut().enumerate() {
                 record.key = Some(sent.dedup_key(at));
             }
-            idempotent.push((sent, records.len()));
         }
         // A batch of more records than a REST batch may hold goes as several, in order.
         let mut records = records.into_iter().peekable();
@@ -482,31 +613,7 @@ async fn produce_partition(
     if chunks.is_empty() {
         return Err(ResponseError::InvalidRecord.code());
     }
-    let count: u64 = chunks.iter().map(|chunk| chunk.len() as u64).sum();
-    let bytes: u64 = chunks
-        .iter()
-        .flatten()
-        .map(|record| record.payload.len() as u64)
-        .sum();
-    let appended = log
-        .append_batches(topic, partition, chunks)
-        .await
-        .map_err(|err| code_of(&err))?;
-    let mut first = None;
-    for appended in appended {
-        match appended.outcome {
-            AppendOutcome::Appended { offsets } => {
-                first = first.or(offsets.first().copied());
-            }
-            AppendOutcome::Rejected(rejection) => return Err(rejection_code(&rejection)),
-        }
-    }
-    for (sent, count) in idempotent {
-        broker.producers.written(&sent, count);
-    }
-    broker.metrics.appended(topic, count, bytes);
-    let first = first.ok_or_else(|| ResponseError::InvalidRecord.code())?;
-    Ok((first, log.now_ms()))
+    Ok(chunks)
 }
 
 /// Fetch: each partition read from its offset, up to `partition_max_bytes` (at least one

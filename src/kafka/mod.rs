@@ -26,6 +26,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
+use futures_util::future::LocalBoxFuture;
+use futures_util::stream::FuturesOrdered;
+use futures_util::{FutureExt, StreamExt};
 use kafka_protocol::messages::{ApiKey, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -222,69 +225,157 @@ impl Session {
     }
 }
 
-/// Serves one connection: reads each frame, answers it, in order, until the client leaves.
-async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+/// Requests of a connection read ahead of their answers at most: produces whose appends
+/// were handed over, waiting for their commits.
+const PIPELINED: usize = 16;
+
+/// Serves one connection until the client leaves: a task reads its frames as they come; each
+/// is answered in order. A produce whose appends were handed to the committers in arrival
+/// order is answered once committed while the next requests are read (clients keep several
+/// in flight, and their batches then share commits); any other request is answered before
+/// the next is read.
+async fn serve<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     broker: &Broker,
-    mut stream: S,
+    stream: S,
 ) -> io::Result<()> {
-    let mut session = Session::default();
+    let (reader, mut writer) = tokio::io::split(stream);
+    let (frames_in, mut frames) = tokio::sync::mpsc::channel(PIPELINED);
+    let reading = actix::spawn(read_frames(
+        reader,
+        broker.max_request_bytes,
+        broker.request_timeout,
+        frames_in,
+    ));
+    let answered = answer_frames(broker, &mut frames, &mut writer).await;
+    reading.abort();
+    answered?;
+    writer.flush().await
+}
+
+/// Reads frames from `reader` into `frames` until the connection ends: waiting for a
+/// request has no limit; once its first byte came, the rest must come within
+/// `request_timeout`. A frame over `max_request_bytes` ends the connection unread.
+async fn read_frames<R: AsyncRead + Unpin>(
+    mut reader: R,
+    max_request_bytes: usize,
+    request_timeout: Duration,
+    frames: tokio::sync::mpsc::Sender<io::Result<Bytes>>,
+) {
     loop {
-        // Waiting for a request has no limit; once its first byte came, the rest must come
-        // within the request timeout.
         let mut size = [0u8; 4];
-        if stream.read(&mut size[..1]).await? == 0 {
-            return Ok(());
+        match reader.read(&mut size[..1]).await {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(err) => {
+                let _ = frames.send(Err(err)).await;
+                return;
+            }
         }
-        let frame = actix::clock::timeout(broker.request_timeout, async {
-            stream.read_exact(&mut size[1..]).await?;
+        let frame = actix::clock::timeout(request_timeout, async {
+            reader.read_exact(&mut size[1..]).await?;
             let size = i32::from_be_bytes(size);
             let size = usize::try_from(size)
                 .ok()
-                .filter(|&size| size <= broker.max_request_bytes)
+                .filter(|&size| size <= max_request_bytes)
                 .ok_or_else(|| {
                     io::Error::new(
                         io::ErrorKind::InvalidData,
                         format!(
-                            "a frame of {size} bytes (kafka.max_request_bytes is {})",
-                            broker.max_request_bytes
+                            "a frame of {size} bytes (kafka.max_request_bytes is \
+                             {max_request_bytes})"
                         ),
                     )
                 })?;
             let mut frame = BytesMut::zeroed(size);
-            stream.read_exact(&mut frame).await?;
-            Ok::<_, io::Error>(frame.freeze())
+            reader.read_exact(&mut frame).await?;
+            Ok(frame.freeze())
         })
         .await
-        .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "a frame cut short"))??;
-        let answer = if session.bare_sasl_next {
-            session.bare_sasl_next = false;
-            api::bare_sasl(broker, &mut session, &frame)
-        } else {
-            request(broker, &mut session, frame).await
-        };
-        if let Some(answer) = answer {
-            stream.write_all(&answer.head).await?;
-            stream.write_all(&answer.body).await?;
-        }
-        if session.closing {
-            stream.flush().await?;
-            return Ok(());
+        .unwrap_or_else(|_| Err(io::Error::new(io::ErrorKind::TimedOut, "a frame cut short")));
+        let failed = frame.is_err();
+        if frames.send(frame).await.is_err() || failed {
+            return;
         }
     }
 }
 
-/// One request frame's answer (a whole frame), or `None` when none is due (a Produce with
+/// Answers the frames of a connection, in order, until they end or the session closes.
+async fn answer_frames<W: AsyncWrite + Unpin>(
+    broker: &Broker,
+    frames: &mut tokio::sync::mpsc::Receiver<io::Result<Bytes>>,
+    writer: &mut W,
+) -> io::Result<()> {
+    let mut session = Session::default();
+    let mut pipelined: FuturesOrdered<LocalBoxFuture<'_, Option<Frame>>> = FuturesOrdered::new();
+    loop {
+        tokio::select! {
+            Some(answer) = pipelined.next(), if !pipelined.is_empty() => {
+                write(writer, answer).await?;
+            }
+            frame = frames.recv(), if pipelined.len() < PIPELINED => {
+                let Some(frame) = frame else {
+                    break;
+                };
+                let frame = frame?;
+                if session.bare_sasl_next {
+                    session.bare_sasl_next = false;
+                    let answer = api::bare_sasl(broker, &mut session, &frame);
+                    while let Some(earlier) = pipelined.next().await {
+                        write(writer, earlier).await?;
+                    }
+                    write(writer, answer).await?;
+                } else {
+                    match request(broker, &mut session, frame) {
+                        Next::Pipelined(answer) => pipelined.push_back(answer),
+                        Next::InTurn(answer) => {
+                            while let Some(earlier) = pipelined.next().await {
+                                write(writer, earlier).await?;
+                            }
+                            write(writer, answer.await).await?;
+                        }
+                    }
+                }
+                if session.closing {
+                    break;
+                }
+            }
+        }
+    }
+    while let Some(answer) = pipelined.next().await {
+        write(writer, answer).await?;
+    }
+    Ok(())
+}
+
+/// Writes `answer`, if there is one.
+async fn write<W: AsyncWrite + Unpin>(writer: &mut W, answer: Option<Frame>) -> io::Result<()> {
+    if let Some(answer) = answer {
+        writer.write_all(&answer.head).await?;
+        writer.write_all(&answer.body).await?;
+    }
+    Ok(())
+}
+
+/// A request frame's answer to come (a whole frame), `None` when none is due (a Produce with
 /// `acks=0`).
-async fn request(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Option<Frame> {
+type Next<'b, 's> = api::Next<'b, 's, Option<Frame>>;
+
+/// The answer of one request frame.
+fn request<'b: 's, 's>(
+    broker: &'b Broker,
+    session: &'s mut Session,
+    mut frame: Bytes,
+) -> Next<'b, 's> {
+    let now = |frame: Option<Frame>| Next::InTurn(Box::pin(std::future::ready(frame)));
     if frame.len() < 8 {
         session.closing = true;
-        return None;
+        return now(None);
     }
     let key = i16::from_be_bytes([frame[0], frame[1]]);
     let version = i16::from_be_bytes([frame[2], frame[3]]);
     let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
     let Ok(api) = ApiKey::try_from(key) else {
-        return Some(unsupported(correlation_id, key));
+        return now(Some(unsupported(correlation_id, key)));
     };
     let started = Instant::now();
     let supported = SUPPORTED
@@ -295,7 +386,7 @@ async fn request(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Op
         broker
             .metrics
             .kafka_request(api_name(api), &error, started.elapsed());
-        return Some(unsupported(correlation_id, key));
+        return now(Some(unsupported(correlation_id, key)));
     }
     // ApiVersions is answered in whatever version it is asked (KIP-511): a version above those
     // known is read with the header of the highest.
@@ -308,16 +399,21 @@ async fn request(broker: &Broker, session: &mut Session, mut frame: Bytes) -> Op
         Err(err) => {
             log::debug!("kafka: an unreadable request header: {err}");
             session.closing = true;
-            return None;
+            return now(None);
         }
     };
-    let answer = api::answer(broker, session, api, &header, frame).await;
-    let error = answer.as_ref().map_or(0, |answer| answer.error);
-    broker
-        .metrics
-        .kafka_request(api_name(api), &error_name(error), started.elapsed());
-    let answer = answer?;
-    Some(Frame::of(api, answer.version, correlation_id, answer.body))
+    let framed = move |answer: Option<Answer>| {
+        let error = answer.as_ref().map_or(0, |answer| answer.error);
+        broker
+            .metrics
+            .kafka_request(api_name(api), &error_name(error), started.elapsed());
+        let answer = answer?;
+        Some(Frame::of(api, answer.version, correlation_id, answer.body))
+    };
+    match api::answer(broker, session, api, &header, frame) {
+        api::Next::Pipelined(answer) => Next::Pipelined(Box::pin(answer.map(framed))),
+        api::Next::InTurn(answer) => Next::InTurn(Box::pin(answer.map(framed))),
+    }
 }
 
 /// An answer to a request: its encoded body, the version it is encoded in, and the error

@@ -56,44 +56,40 @@ impl Producers {
         (uuid::Uuid::new_v4().as_u64_pair().0 >> 2) as i64
     }
 
-    /// Whether `batch` may be written.
-    pub fn check(&self, batch: &Batch<'_>) -> Check {
-        let states = self.states.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(state) = states.by_partition.get(&batch.state_key()) else {
-            return Check::Write;
-        };
-        if batch.epoch < state.epoch {
-            return Check::StaleEpoch;
-        }
-        if batch.epoch > state.epoch {
-            // A new epoch starts its sequences again at 0.
-            return if batch.sequence == 0 {
-                Check::Write
-            } else {
-                Check::OutOfOrder
-            };
-        }
-        // Anything before the next sequence is a batch sent again.
-        match after(batch.sequence, state.next) {
-            0 => Check::Write,
-            gap if gap < HALF => Check::OutOfOrder,
-            _ => Check::Write,
-        }
-    }
-
-    /// Records that `batch`, of `count` records, was written.
-    pub fn written(&self, batch: &Batch<'_>, count: usize) {
+    /// Whether `batch`, of `count` records, may be written; when it may, the partition
+    /// expects the sequence after it from now on. Taken as a batch is handed to the log, before
+    /// it is committed, so that the next batch, sent before this one's answer, is taken too;
+    /// a batch that then fails is sent again, and is taken again (before the next sequence).
+    pub fn accept(&self, batch: &Batch<'_>, count: usize) -> Check {
         let mut states = self.states.lock().unwrap_or_else(|e| e.into_inner());
-        let next = batch.sequence_of(count);
         let now = Instant::now();
-        let state = states
-            .by_partition
-            .entry(batch.state_key())
-            .or_insert(State {
-                epoch: batch.epoch,
-                next,
-                used: now,
-            });
+        let next = batch.sequence_of(count);
+        let key = batch.state_key();
+        let check = match states.by_partition.get(&key) {
+            None => Check::Write,
+            Some(state) if batch.epoch < state.epoch => Check::StaleEpoch,
+            // A new epoch starts its sequences again at 0.
+            Some(state) if batch.epoch > state.epoch => {
+                if batch.sequence == 0 {
+                    Check::Write
+                } else {
+                    Check::OutOfOrder
+                }
+            }
+            // Anything before the next sequence is a batch sent again.
+            Some(state) => match after(batch.sequence, state.next) {
+                gap if (1..HALF).contains(&gap) => Check::OutOfOrder,
+                _ => Check::Write,
+            },
+        };
+        if check != Check::Write {
+            return check;
+        }
+        let state = states.by_partition.entry(key).or_insert(State {
+            epoch: batch.epoch,
+            next,
+            used: now,
+        });
         // A batch sent again does not move the sequence back.
         if batch.epoch > state.epoch || (1..HALF).contains(&after(next, state.next)) {
             state.epoch = batch.epoch;
@@ -107,6 +103,7 @@ impl Producers {
                 .by_partition
                 .retain(|_, state| now.duration_since(state.used) < IDLE);
         }
+        Check::Write
     }
 }
 
@@ -167,35 +164,44 @@ mod tests {
     #[test]
     fn sequences_in_order_again_and_out_of_order() {
         let producers = Producers::default();
-        let check = |producer, epoch, partition, sequence| {
-            producers.check(&batch(producer, epoch, partition, sequence))
+        let accept = |producer, epoch, partition, sequence, count| {
+            producers.accept(&batch(producer, epoch, partition, sequence), count)
         };
-        assert_eq!(check(7, 0, 0, 5), Check::Write, "unseen");
-        producers.written(&batch(7, 0, 0, 0), 3);
-        assert_eq!(check(7, 0, 0, 3), Check::Write, "next");
-        assert_eq!(check(7, 0, 0, 0), Check::Write, "sent again");
-        assert_eq!(check(7, 0, 0, 4), Check::OutOfOrder, "a gap");
-        assert_eq!(check(7, 0, 1, 4), Check::Write, "another partition");
-        producers.written(&batch(7, 0, 0, 0), 3);
-        assert_eq!(check(7, 0, 0, 3), Check::Write, "not moved back");
-        assert_eq!(check(7, 1, 0, 0), Check::Write, "a new epoch");
-        assert_eq!(check(7, 1, 0, 3), Check::OutOfOrder);
-        producers.written(&batch(7, 1, 0, 0), 1);
-        assert_eq!(check(7, 0, 0, 3), Check::StaleEpoch);
+        assert_eq!(accept(7, 0, 0, 5, 3), Check::Write, "unseen");
+        assert_eq!(accept(7, 0, 0, 8, 3), Check::Write, "next");
+        assert_eq!(
+            accept(7, 0, 0, 11, 3),
+            Check::Write,
+            "next, before 8's answer"
+        );
+        assert_eq!(accept(7, 0, 0, 5, 3), Check::Write, "sent again");
+        assert_eq!(accept(7, 0, 0, 15, 1), Check::OutOfOrder, "a gap");
+        assert_eq!(accept(7, 0, 1, 15, 1), Check::Write, "another partition");
+        assert_eq!(accept(7, 0, 0, 14, 1), Check::Write, "not moved back by 5");
+        assert_eq!(
+            accept(7, 1, 0, 3, 1),
+            Check::OutOfOrder,
+            "a new epoch from 3"
+        );
+        assert_eq!(accept(7, 1, 0, 0, 1), Check::Write, "a new epoch");
+        assert_eq!(accept(7, 0, 0, 15, 1), Check::StaleEpoch);
     }
 
     #[test]
     fn sequences_wrap() {
         let producers = Producers::default();
-        producers.written(&batch(1, 0, 0, i32::MAX - 1), 2);
         assert_eq!(
-            producers.check(&batch(1, 0, 0, 0)),
-            Check::Write,
-            "next, wrapped"
+            producers.accept(&batch(1, 0, 0, i32::MAX - 1), 2),
+            Check::Write
         );
-        assert_eq!(producers.check(&batch(1, 0, 0, 1)), Check::OutOfOrder);
+        assert_eq!(producers.accept(&batch(1, 0, 0, 1), 1), Check::OutOfOrder);
         assert_eq!(
-            producers.check(&batch(1, 0, 0, i32::MAX - 1)),
+            producers.accept(&batch(1, 0, 0, 0), 1),
+            Check::Write,
+            "wrapped"
+        );
+        assert_eq!(
+            producers.accept(&batch(1, 0, 0, i32::MAX - 1), 2),
             Check::Write,
             "sent again"
         );

@@ -33,7 +33,7 @@ pub use builder::LogBuilder;
 pub use operations::{
     DEFAULT_TOPICS_PAGE, MAX_TOPICS_PAGE, PartitionDetail, TopicInfo, TopicsPage,
 };
-pub use produce::{Event, EventBatch, EventBatches, EventsOutcome};
+pub use produce::{Event, EventBatch, EventBatches, EventsOutcome, Submitted};
 
 use std::sync::Arc;
 

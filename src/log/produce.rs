@@ -1,6 +1,7 @@
 //! Producing: appends to one partition, and keyed events spread over a topic's partitions.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use futures_util::future::join_all;
 
@@ -23,6 +24,15 @@ pub struct Event {
     pub payload: Payload,
     /// Headers, in order.
     pub headers: Vec<Header>,
+}
+
+/// What [`Log::submit_batches`] did.
+#[must_use]
+pub enum Submitted<F> {
+    /// Handed to the committer, in order; the future answers them.
+    Handed(F),
+    /// Not handed over: the batches, back.
+    NotNow(Vec<Vec<NewRecord>>),
 }
 
 /// What [`Log::append_events`] did.
@@ -105,42 +115,96 @@ impl Log {
                 load,
             }]);
         }
-        let mut answers = Vec::with_capacity(batches.len());
-        let checked = batches;
+        let batches = match self.submit_batches(topic, partition, batches)? {
+            Submitted::Handed(appended) => return appended.await,
+            Submitted::NotNow(batches) => batches,
+        };
         let here = self.spread().is_none_or(|spread| spread.is_here(&id));
-        let shortcut = match self.way(&id, true).await? {
-            Way::Shortcut(shortcut) if here => Some(shortcut),
-            _ => None,
-        };
-        let Some(shortcut) = shortcut else {
-            // Elsewhere, or only through the actor: one batch after the other.
-            for batch in checked {
-                answers.push(self.append_routed(&id, batch).await?);
+        if let Way::Shortcut(shortcut) = self.way(&id, true).await?
+            && here
+        {
+            match self.hand_over(&id, &shortcut, batches) {
+                Submitted::Handed(appended) => return appended.await,
+                Submitted::NotNow(batches) => return self.one_after_another(&id, batches).await,
             }
-            return Ok(answers);
-        };
-        // Handed to the committer here, in order, before any is awaited.
-        let mut pending = Vec::with_capacity(checked.len());
-        let mut rest = checked.into_iter();
-        for batch in rest.by_ref() {
+        }
+        // Elsewhere, or only through the actor.
+        self.one_after_another(&id, batches).await
+    }
+
+    /// Hands `batches` (checked as [`append_batches`](Self::append_batches) checks them) to
+    /// the committer of partition `index` of `topic` at once, in order, when the partition is
+    /// open here; the future answers them once committed. A caller that keeps a partition's
+    /// batches in order while it awaits them (a Kafka connection answering produces in a
+    /// pipeline) hands the next ones over only after this returned `Handed`. `NotNow` gives
+    /// the batches back, nothing handed over: append them with `append_batches`, before any
+    /// later batch of the partition.
+    ///
+    /// # Errors
+    /// Name and partition errors.
+    pub fn submit_batches(
+        &self,
+        topic: &str,
+        index: u32,
+        batches: Vec<Vec<NewRecord>>,
+    ) -> Result<Submitted<impl Future<Output = Result<Vec<Appended>, Error>> + use<'_>>, Error>
+    {
+        let id = self.partition(topic, index)?;
+        let refused = batches
+            .iter()
+            .any(|batch| self.refusal(topic, batch).is_some());
+        let here = self.spread().is_none_or(|spread| spread.is_here(&id));
+        match self.inner.addresses.shortcut(&id) {
+            Some(shortcut) if here && !refused => Ok(self.hand_over(&id, &shortcut, batches)),
+            _ => Ok(Submitted::NotNow(batches)),
+        }
+    }
+
+    /// Hands `batches` to `shortcut`'s committer, in order, before any is awaited; those it
+    /// no longer takes (its partition is closing) are appended after, through the actor.
+    fn hand_over<'a>(
+        &'a self,
+        id: &PartitionId,
+        shortcut: &Arc<partition::Shortcut>,
+        batches: Vec<Vec<NewRecord>>,
+    ) -> Submitted<impl Future<Output = Result<Vec<Appended>, Error>> + use<'a>> {
+        let mut pending = Vec::with_capacity(batches.len());
+        let mut rest = batches.into_iter();
+        let mut later = Vec::new();
+        while let Some(batch) = rest.next() {
             match shortcut.append(batch) {
                 Ok(appended) => pending.push(appended),
                 Err(batch) => {
-                    self.inner.addresses.forget_shortcut(&id, &shortcut);
-                    let mut later = vec![batch];
-                    later.extend(rest.by_ref());
-                    for appended in pending {
-                        answers.push(appended.await?);
-                    }
-                    for batch in later {
-                        answers.push(self.append_routed(&id, batch).await?);
-                    }
-                    return Ok(answers);
+                    self.inner.addresses.forget_shortcut(id, shortcut);
+                    later.push(batch);
+                    later.extend(rest);
+                    break;
                 }
             }
         }
-        for appended in pending {
-            answers.push(appended.await?);
+        if pending.is_empty() {
+            return Submitted::NotNow(later);
+        }
+        let id = id.clone();
+        Submitted::Handed(async move {
+            let mut answers = Vec::with_capacity(pending.len() + later.len());
+            for appended in pending {
+                answers.push(appended.await?);
+            }
+            answers.extend(self.one_after_another(&id, later).await?);
+            Ok(answers)
+        })
+    }
+
+    /// Appends `batches` one after the other, each where partition `id` is served.
+    async fn one_after_another(
+        &self,
+        id: &PartitionId,
+        batches: Vec<Vec<NewRecord>>,
+    ) -> Result<Vec<Appended>, Error> {
+        let mut answers = Vec::with_capacity(batches.len());
+        for batch in batches {
+            answers.push(self.append_routed(id, batch).await?);
         }
         Ok(answers)
     }
