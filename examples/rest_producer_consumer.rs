@@ -48,11 +48,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             "partition {} offset {}: {}",
             delivery.partition,
             delivery.record.offset,
-            delivery
-                .record
-                .payload
-                .as_deref()
-                .map_or("", |json| json.get())
+            delivery.record.json().unwrap_or("(not JSON)")
         );
     }
     let committed = analytics.commit(&batch).await?;

@@ -232,6 +232,16 @@ impl HeaderJson {
     }
 }
 
+impl RecordJson {
+    /// The JSON text of its payload; `None` for a binary payload or a tombstone.
+    pub fn json(&self) -> Option<&str> {
+        match &self.payload {
+            Some(json) if !self.tombstone => Some(json.get()),
+            _ => None,
+        }
+    }
+}
+
 impl From<crate::log::Record> for RecordJson {
     fn from(record: crate::log::Record) -> Self {
         let tombstone = record.payload == Payload::Null;

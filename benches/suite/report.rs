@@ -959,8 +959,9 @@ impl Report {
             "\nProduce (the run of median rate): the producer sent {} Produce requests carrying \
              {} record batches, {} records a batch and {:.1} batches a request; the server \
              took {:.1} ms over each on average (from the request read to its answer made, \
-             the fsync included) and was busy with them {:.0} % of the run, answering the \
-             connection's requests one at a time. Server CPU per record: {:.2} µs user and \
+             the fsync included), their times adding up to {:.0} % of the run (the \
+             connection's produces are pipelined: several are in flight at once). Server CPU \
+             per record: {:.2} µs user and \
              {:.2} µs system for the producer's records, of which the volume's committer \
              thread (SQLite's inserts, the fsyncs) {:.2} µs; {:.2}, {:.2} and {:.2} µs for the \
              POSTs over {PARTITIONS} connections; {:.2}, {:.2} and {:.2} µs over one. The \

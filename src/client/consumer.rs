@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
-use serde_json::value::RawValue;
 
 use super::{Client, ClientError};
 use crate::wire;
@@ -20,12 +19,12 @@ pub struct Delivery {
 }
 
 impl Delivery {
-    /// The payload read as `T` (a binary payload reads as the JSON `null`).
+    /// The payload read as `T` (a binary payload or a tombstone reads as the JSON `null`).
     ///
     /// # Errors
     /// Why the payload is not a `T`.
     pub fn payload<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
-        serde_json::from_str(self.record.payload.as_deref().map_or("null", RawValue::get))
+        serde_json::from_str(self.record.json().unwrap_or("null"))
     }
 }
 

@@ -27,7 +27,7 @@
 //! let client = Client::builder(["http://127.0.0.1:8080"]).token("secret").build()?;
 //! let appended = client.append("orders", 0, [Record::new(json!({"total": 42}))]).await?;
 //! let page = client.read("orders", 0, Some(appended.offsets[0]), None).await?;
-//! assert_eq!(page.records[0].payload.get(), r#"{"total":42}"#);
+//! assert_eq!(page.records[0].json(), Some(r#"{"total":42}"#));
 //!
 //! let mut billing = client.consumer("orders", "billing").wait(Duration::from_secs(5));
 //! let batch = billing.next_batch().await?;

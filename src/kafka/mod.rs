@@ -6,7 +6,7 @@
 //! Requests and responses are decoded and encoded with the `kafka-protocol` crate; record
 //! batches with [`batch`]. Each connection is served by one task that answers its requests in
 //! the order they came; connections are spread over a few threads of their own, as the HTTP
-//! server's are over its workers. What each request does is in [`api`]; the listener holds no
+//! server's are over its workers. What each request does is in `api.rs`; the listener holds no
 //! log rule: it translates requests into `Log` calls and errors into the protocol's codes.
 //!
 //! Limits: a frame over `kafka.max_request_bytes` closes its connection before it is read; a
