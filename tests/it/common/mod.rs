@@ -341,6 +341,7 @@ impl TestServer {
         .bind("127.0.0.1:0")
         .expect("bind 127.0.0.1:0");
         let addr = server.addrs()[0];
+        process::speak_plain_to(addr);
         let server = server.run();
         let handle = server.handle();
         actix_web::rt::spawn(server);

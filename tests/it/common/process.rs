@@ -136,6 +136,12 @@ impl Server {
         let addr = addr
             .parse()
             .expect("the announced address is a socket address");
+        if !env
+            .iter()
+            .any(|(name, _)| name == "DURABILITY__SERVER__TLS")
+        {
+            speak_plain_to(addr);
+        }
         let kafka = kafka.map(|kafka| kafka.parse().expect("a socket address"));
         Self { child, addr, kafka }
     }
@@ -254,6 +260,15 @@ pub fn speak_tls_to(addr: SocketAddr, config: Arc<rustls::ClientConfig>) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(addr, config);
+}
+
+/// Makes requests to `addr` plain again: a plain server now listens where an earlier server
+/// of the run spoke TLS (ports are reused).
+pub fn speak_plain_to(addr: SocketAddr) {
+    TLS_TO
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .remove(&addr);
 }
 
 /// A TLS client's settings trusting only the CA in PEM file `ca`, showing the client
