@@ -715,6 +715,12 @@ impl Stream for Replicator {
         self.put_retry
     }
 
+    fn heals(&self) -> bool {
+        lock(&self.node.heal)
+            .as_ref()
+            .is_some_and(|heal| !heal.is_closed())
+    }
+
     fn damaged(&self, volume: usize) -> bool {
         self.node.heal(volume)
     }

@@ -116,8 +116,12 @@ pub trait Stream: Send + Sync {
     /// How long a write waits for its landing before its callers are answered unavailable.
     fn put_retry(&self) -> Duration;
 
-    /// Volume `volume` was just found damaged: the stream's bucket holds its whole history, so
-    /// it can be rebuilt from there. Answers whether it will be.
+    /// Whether a volume found damaged is rebuilt from the stream's bucket, which holds its
+    /// whole history (a single node's replica does; a cluster's node leaves it to the next take).
+    fn heals(&self) -> bool;
+
+    /// Volume `volume` was just found damaged and marked: asks for its rebuild. Answers whether
+    /// the request was taken (not when the node is stopping).
     fn damaged(&self, volume: usize) -> bool;
 }
 

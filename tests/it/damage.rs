@@ -636,11 +636,12 @@ pub(crate) fn copy_next_page_over(data_dir: &Path, index: usize, at: u64) {
     file.sync_all().unwrap();
 }
 
-/// Where in volume `index` the leaf pages of `table` start, in file order.
-pub(crate) fn leaf_pages(data_dir: &Path, index: usize, table: &str) -> Vec<u64> {
+/// Where in volume `index` the leaf pages of `table` start, in the order of their keys (the
+/// order of their paths down the tree; the file's order may differ, as pages are reused).
+fn leaves_in_key_order(data_dir: &Path, index: usize, table: &str) -> Vec<u64> {
     let conn = rusqlite::Connection::open(volume(data_dir, index)).unwrap();
     let mut statement = conn
-        .prepare("SELECT pageno FROM dbstat WHERE name = ?1 AND pagetype = 'leaf' ORDER BY pageno")
+        .prepare("SELECT pageno FROM dbstat WHERE name = ?1 AND pagetype = 'leaf' ORDER BY path")
         .unwrap();
     let pages = statement
         .query_map([table], |row| row.get::<_, u64>(0))
@@ -648,17 +649,18 @@ pub(crate) fn leaf_pages(data_dir: &Path, index: usize, table: &str) -> Vec<u64>
     pages.map(|page| (page.unwrap() - 1) * 4096).collect()
 }
 
-/// The middle one of volume `index`'s `records` leaf pages that the next page of the file
-/// follows in that table: copied over it, a page of records hides others (where the file's
-/// middle may be the lookup index, which reads do not walk).
-pub(crate) fn records_page_before_another(data_dir: &Path, index: usize) -> u64 {
-    let leaves = leaf_pages(data_dir, index, "records");
+/// The middle one of volume `index`'s leaf pages of `table` whose next page in the file holds
+/// the table's next keys: copied over it, a page hides the rows it held and repeats later ones,
+/// which SQLite's integrity check names it for (a page copied from lower keys passes its
+/// parent's bound and is named by the parent instead).
+pub(crate) fn page_before_its_successor(data_dir: &Path, index: usize, table: &str) -> u64 {
+    let leaves = leaves_in_key_order(data_dir, index, table);
     let followed: Vec<u64> = leaves
-        .iter()
-        .copied()
-        .filter(|at| leaves.contains(&(at + 4096)))
+        .windows(2)
+        .filter(|pair| pair[1] == pair[0] + 4096)
+        .map(|pair| pair[0])
         .collect();
-    assert!(!followed.is_empty(), "no two adjacent pages of records");
+    assert!(!followed.is_empty(), "no two adjacent pages of {table}");
     followed[followed.len() / 2]
 }
 

@@ -33,7 +33,7 @@ use crate::common::process::{
     Server, find, header, replication_env, request, request_with_head, seed,
 };
 use crate::common::{Rng, block_on, eventually, fd_count_lock, fresh_s3_bucket};
-use crate::damage::{copy_next_page_over, records_page_before_another};
+use crate::damage::{copy_next_page_over, page_before_its_successor};
 
 const TOPIC: &str = "replicated";
 
@@ -422,7 +422,7 @@ fn write_then_damage(data_dir: &Path, s3: &S3Settings, settings: &[(&str, &str)]
     copy_next_page_over(
         data_dir,
         index,
-        records_page_before_another(data_dir, index),
+        page_before_its_successor(data_dir, index, "records"),
     );
     damaged
 }
@@ -576,8 +576,9 @@ fn a_writer_paused_with_a_put_in_flight_is_fenced_when_it_resumes() {
 
 /// The bucket holds the answers to the windows of two cursor commits, on two of four volumes,
 /// for 5 s, on a node with one committer thread. The committer thread does not wait with
-/// them: the node's `durability_committer_threads_busy` stays at 0 in every sample but one at
-/// most (before, the thread waited for the whole hold, and no volume committed anything), so
+/// them: the node's `durability_committer_threads_busy` is 0 in at least three samples of four
+/// (a busy sample is a commit caught in passing; before, the thread waited for the whole hold,
+/// busy in every sample, and no volume committed anything), so
 /// the appends sent to every volume meanwhile are committed and answered as soon as the
 /// bucket answers, and reads, bounds and `/healthz` of every volume answer meanwhile (reads and
 /// bounds run on the caller's thread).
@@ -649,7 +650,7 @@ fn a_write_waiting_for_its_window_keeps_no_committer_thread_waiting() {
          thread; the slowest GET took {slowest:?}"
     );
     assert!(
-        busy_samples <= 1,
+        busy_samples * 4 <= samples,
         "the committer thread waited for the held writes: {busy_samples} of {samples} samples"
     );
     assert!(

@@ -11,8 +11,7 @@ use durability::{Config, Log};
 
 use crate::common::TestLog;
 use crate::damage::{
-    altered_behind_the_log, append_keyed, copy_next_page_over, leaf_pages, mark,
-    records_page_before_another,
+    altered_behind_the_log, append_keyed, copy_next_page_over, mark, page_before_its_successor,
 };
 
 const TOPIC: &str = "events";
@@ -80,13 +79,7 @@ async fn a_page_copied_over_its_neighbour_is_found_without_a_read() {
         append_keyed(&t.log, 0).await;
         t.log.shutdown().await.unwrap();
         let data_dir = &t.config.storage.data_dir;
-        let at = match table {
-            "records" => records_page_before_another(data_dir, 0),
-            _ => {
-                let leaves = leaf_pages(data_dir, 0, table);
-                leaves[leaves.len() / 2]
-            }
-        };
+        let at = page_before_its_successor(data_dir, 0, table);
         copy_next_page_over(data_dir, 0, at);
         let cause = match table {
             "records" => format!("page {}", at / 4096 + 1),

@@ -891,6 +891,10 @@ mod replicated {
             self.put_retry
         }
 
+        fn heals(&self) -> bool {
+            false
+        }
+
         fn damaged(&self, _: usize) -> bool {
             false
         }

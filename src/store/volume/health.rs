@@ -80,22 +80,17 @@ impl Shared {
 
     /// Marks the volume damaged, logging it once and recording it beside the volume (see
     /// [`damage`]), and answers the error its callers get. A replicated volume whose stream
-    /// rebuilds it is told to retry meanwhile.
+    /// rebuilds it is told to retry meanwhile. The damage is known here before its mark is
+    /// written, so no write is taken once the mark is there; the rebuild, which reads the
+    /// mark, is asked for last.
     pub(super) fn mark_damaged(&self, kind: DamageKind, cause: &str) -> StoreError {
         let mut first = false;
         let damage = self.damaged.get_or_init(|| {
             first = true;
-            let mark = DamageMark::now(kind, cause);
-            if let Err(err) = damage::write_mark(&self.path, &mark) {
-                log::error!(
-                    "{}: cannot record the damage mark: {err}",
-                    damage::mark_path(&self.path).display()
-                );
-            }
             let healing = self
                 .replica
                 .as_ref()
-                .filter(|replica| replica.stream.damaged(replica.volume))
+                .filter(|replica| replica.stream.heals())
                 .map(|replica| replica.volume);
             Damage {
                 kind,
@@ -104,6 +99,12 @@ impl Shared {
             }
         });
         if first {
+            if let Err(err) = damage::write_mark(&self.path, &DamageMark::now(kind, cause)) {
+                log::error!(
+                    "{}: cannot record the damage mark: {err}",
+                    damage::mark_path(&self.path).display()
+                );
+            }
             if damage.healing.is_some() {
                 log::error!(
                     "{}; its partitions refuse writes until it is rebuilt from the bucket",
@@ -115,6 +116,11 @@ impl Shared {
                      an operator accepts the damage",
                     damage.reason
                 );
+            }
+            if let (Some(volume), Some(replica)) = (damage.healing, &self.replica)
+                && !replica.stream.damaged(volume)
+            {
+                log::error!("volume {volume}: its rebuild could not be asked for (stopping)");
             }
         }
         damage.error()
