@@ -21,7 +21,9 @@ use crate::load::LoadSnapshot;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 
-use crate::log::{Header, LeaseState, MAX_KEY_BYTES, NewRecord, Payload};
+use crate::log::{
+    Header, LeaseState, MAX_CURSOR_METADATA_BYTES, MAX_KEY_BYTES, NewRecord, Payload,
+};
 
 /// Every error: `{"error": {"code", "message", ...details}}`. A 4xx is definite: nothing
 /// changed; so is `503 overloaded`. Otherwise a 5xx is uncertain: the write may or may not have
@@ -901,6 +903,33 @@ pub struct CursorBody {
     /// The next offset to read.
     #[schema(value_type = i64, minimum = 0)]
     pub offset: Integer,
+    /// Whether the cursor moves to `offset` even below where it is (a seek: the group reads
+    /// those records again). Default false: a commit, which only moves forward.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub seek: bool,
+    /// Text kept with the cursor (a Kafka offset commit's metadata), when this request moves
+    /// it; a commit that moves it without any clears what an earlier one kept.
+    #[serde(
+        default,
+        deserialize_with = "given",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schema(schema_with = cursor_metadata)]
+    pub metadata: Option<String>,
+}
+
+/// The schema of `CursorBody::metadata`: at most [`MAX_CURSOR_METADATA_BYTES`] bytes of UTF-8.
+/// The line break of the description is part of the published document.
+fn cursor_metadata() -> Object {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .description(Some(format!(
+            "Text kept with the cursor, at most {MAX_CURSOR_METADATA_BYTES} bytes of UTF-8 \
+             (`maxLength` counts characters, so\na text of fewer characters but more bytes is \
+             refused too)."
+        )))
+        .max_length(Some(MAX_CURSOR_METADATA_BYTES))
+        .build()
 }
 
 /// `200` of `PUT /topics/{topic}/partitions/{partition}/cursors/{group}`.
@@ -908,6 +937,18 @@ pub struct CursorBody {
 pub struct Cursor {
     /// The cursor in effect: the next offset the group will read.
     pub cursor: u64,
+}
+
+/// `200` of `GET /topics/{topic}/partitions/{partition}/cursors/{group}`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GroupCursor {
+    /// The group's cursor: the next offset it will read; `null` when it has none.
+    #[schema(required = true)]
+    pub cursor: Option<u64>,
+    /// What the commit that set the cursor kept with it; absent when none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub metadata: Option<String>,
 }
 
 /// `200` of `GET /topics/{topic}/partitions/{partition}/cursors`.

@@ -132,6 +132,8 @@ impl Client {
         let path = ["topics", topic, "partitions", &partition, "cursors", group];
         let body = wire::CursorBody {
             offset: integer(offset),
+            seek: false,
+            metadata: None,
         };
         self.json(Call::new(Operation::PutCursor, Method::PUT, path).json(&body))
             .await

@@ -18,7 +18,9 @@ use serde::de::DeserializeOwned;
 use crate::config::ClusterSettings;
 use crate::error::ErrorCode;
 use crate::load::LoadSnapshot;
-use crate::log::{Bounds, Lease, NewRecord, Page, PartitionDetail, TopicInfo, TopicsPage};
+use crate::log::{
+    Bounds, Committed, Lease, NewRecord, Page, PartitionDetail, TopicInfo, TopicsPage,
+};
 use crate::wire;
 
 /// Marks a request one node sends another: it is served here, never passed on. Taken only
@@ -30,6 +32,10 @@ pub const FORWARDED: &str = "x-durability-forwarded";
 /// behalf (the typed calls of [`Peers`]) or passing on a client's request with the client's
 /// own token, which the receiving node checks again.
 pub const NODE_SECRET: &str = "x-durability-node";
+
+/// The header of a cursor's deletion answered to another node (`1` or `0`): whether there was
+/// a cursor, which the `204` a client gets does not say.
+pub(crate) const CURSOR_DELETED: &str = "x-durability-cursor-deleted";
 
 /// Longest wait for a peer's answer beyond its own long-poll wait.
 const ANSWER_MARGIN: Duration = Duration::from_secs(10);
@@ -118,6 +124,37 @@ pub trait Peers: Send + Sync {
         group: &'a str,
         offsets: &'a BTreeMap<u32, u64>,
     ) -> PeerFuture<'a, BTreeMap<u32, u64>>;
+
+    /// Sets `group`'s cursor on partition `partition` of `topic` to `offset`, forward or back,
+    /// keeping `metadata` with it: the cursor.
+    fn seek<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        group: &'a str,
+        offset: u64,
+        metadata: Option<&'a str>,
+    ) -> PeerFuture<'a, u64>;
+
+    /// `group`'s committed position on partition `partition` of `topic`, with its metadata.
+    fn committed<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        group: &'a str,
+    ) -> PeerFuture<'a, Option<Committed>>;
+
+    /// Deletes `group`'s cursor and leases on partition `partition` of `topic`: whether there
+    /// was a cursor.
+    fn delete_cursor<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        group: &'a str,
+    ) -> PeerFuture<'a, bool>;
 
     /// Partition `partition` of `topic`'s bounds.
     fn bounds<'a>(
@@ -232,6 +269,11 @@ impl HttpPeers {
     fn post(&self, node: &str, path: &str) -> reqwest::RequestBuilder {
         self.client
             .request(reqwest::Method::POST, &Self::url(node, path))
+    }
+
+    fn put(&self, node: &str, path: &str) -> reqwest::RequestBuilder {
+        self.client
+            .request(reqwest::Method::PUT, &Self::url(node, path))
     }
 
     /// Sends `request` to `node` and reads its answer as `T` when it has status `expected`.
@@ -386,6 +428,76 @@ impl Peers for HttpPeers {
             let request = json_post(self.post(node, &path), &body);
             let committed: wire::CommittedCursors = self.call(node, request, 200).await?;
             Ok(committed.cursors)
+        })
+    }
+
+    fn seek<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        group: &'a str,
+        offset: u64,
+        metadata: Option<&'a str>,
+    ) -> PeerFuture<'a, u64> {
+        Box::pin(async move {
+            let path = format!("/topics/{topic}/partitions/{partition}/cursors/{group}");
+            let body = wire::CursorBody {
+                offset: wire::Integer(i64::try_from(offset).unwrap_or(i64::MAX)),
+                seek: true,
+                metadata: metadata.map(str::to_owned),
+            };
+            let request = json_post(self.put(node, &path), &body);
+            let cursor: wire::Cursor = self.call(node, request, 200).await?;
+            Ok(cursor.cursor)
+        })
+    }
+
+    fn committed<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        group: &'a str,
+    ) -> PeerFuture<'a, Option<Committed>> {
+        Box::pin(async move {
+            let path = format!("/topics/{topic}/partitions/{partition}/cursors/{group}");
+            let answer: wire::GroupCursor = self.call(node, self.get(node, &path), 200).await?;
+            Ok(answer.cursor.map(|offset| Committed {
+                offset,
+                metadata: answer.metadata,
+            }))
+        })
+    }
+
+    fn delete_cursor<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+        partition: u32,
+        group: &'a str,
+    ) -> PeerFuture<'a, bool> {
+        Box::pin(async move {
+            let path = format!("/topics/{topic}/partitions/{partition}/cursors/{group}");
+            let request = self
+                .client
+                .request(reqwest::Method::DELETE, &Self::url(node, &path));
+            let unreachable = |err: reqwest::Error| PeerError::Unreachable {
+                node: node.to_owned(),
+                reason: crate::error::with_causes(&err),
+            };
+            let answer = request.send().await.map_err(unreachable)?;
+            let status = answer.status().as_u16();
+            // A node that does not say (an earlier version) deleted whatever there was.
+            let deleted = answer
+                .headers()
+                .get(CURSOR_DELETED)
+                .is_none_or(|value| value.as_bytes() != b"0");
+            let body = answer.bytes().await.map_err(unreachable)?;
+            match status {
+                204 => Ok(deleted),
+                _ => Err(refusal(node, status, &body)),
+            }
         })
     }
 

@@ -12,9 +12,11 @@ use super::forward::forwarded;
 use super::params;
 use super::request::{Query, json_body, offset, partition, partition_key};
 use super::{ApiError, HttpState};
+use crate::cluster::peer::CURSOR_DELETED;
 use crate::log;
 use crate::wire::{
-    CommittedCursors, Cursor, CursorBody, GroupCursors, GroupPoll, Integer, Page, PartitionPage,
+    CommittedCursors, Cursor, CursorBody, GroupCursor, GroupCursors, GroupPoll, Integer, Page,
+    PartitionPage,
 };
 
 /// `GET /topics/{topic}/partitions/{partition}/records?from=&limit=&waitMs=`.
@@ -173,19 +175,22 @@ pub async fn commit(
     Ok(HttpResponse::Ok().json(CommittedCursors { cursors }))
 }
 
-/// `PUT /topics/{topic}/partitions/{partition}/cursors/{group}` with `{"offset": 12}`.
+/// `PUT /topics/{topic}/partitions/{partition}/cursors/{group}` with `{"offset": 12}`, and
+/// optionally `"seek": true` and `"metadata"`.
 #[utoipa::path(
     put,
     path = "/topics/{topic}/partitions/{partition}/cursors/{group}",
     tag = "consume",
     operation_id = "putCursor",
     summary = "Commit the group's cursor on one partition",
-    description = "Commits only move forward: a lower or equal offset changes nothing.",
+    description = "Commits only move forward: a lower or equal offset changes nothing. With \
+        `\"seek\": true` the cursor moves to `offset` even below where it is (the group reads \
+        those records again). `metadata` is kept with the cursor when the request moves it.",
     params(params::PartitionGroupPath),
     request_body = CursorBody,
     responses(
         (status = 200, description = "The cursor in effect", body = Cursor),
-        (status = 400, description = "`invalid_request`, `invalid_name` or `invalid_offset`", body = ErrorBody),
+        (status = 400, description = "`invalid_request` (metadata over 4096 bytes too), `invalid_name` or `invalid_offset`", body = ErrorBody),
         (status = 404, description = "`unknown_partition`", body = ErrorBody),
         (status = 413, description = "`payload_too_large`", body = ErrorBody),
         (status = 503, description = "`unavailable`: the commit may or may not have happened", body = ErrorBody),
@@ -200,11 +205,55 @@ pub async fn put_cursor(
     let index = partition(&index)?;
     state.log.partitions(&topic)?;
     let body: CursorBody = json_body(body, state.body_limits()).await?;
-    let cursor = state
-        .log
-        .commit(&topic, index, &group, offset(body.offset.0)?)
-        .await?;
+    let (log, offset, metadata) = (&state.log, offset(body.offset.0)?, body.metadata.as_deref());
+    let cursor = if body.seek {
+        log.seek(&topic, index, &group, offset, metadata).await?
+    } else if metadata.is_some() {
+        log.commit_with(&topic, index, &group, offset, metadata)
+            .await?
+    } else {
+        log.commit(&topic, index, &group, offset).await?
+    };
     Ok(HttpResponse::Ok().json(Cursor { cursor }))
+}
+
+/// `GET /topics/{topic}/partitions/{partition}/cursors/{group}`.
+#[utoipa::path(
+    get,
+    path = "/topics/{topic}/partitions/{partition}/cursors/{group}",
+    tag = "consume",
+    operation_id = "getCursor",
+    summary = "A consumer group's cursor on a partition",
+    description = "The group's committed cursor with the metadata kept with it; `cursor` is \
+        `null` when the group has none on the partition.",
+    params(params::PartitionGroupPath),
+    responses(
+        (status = 200, description = "The cursor", body = GroupCursor),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn get_cursor(
+    state: web::Data<HttpState>,
+    path: web::Path<(String, String, String)>,
+) -> Result<HttpResponse, ApiError> {
+    let (topic, index, group) = path.into_inner();
+    let committed = state
+        .log
+        .committed(&topic, partition(&index)?, &group)
+        .await?;
+    let answer = match committed {
+        Some(committed) => GroupCursor {
+            cursor: Some(committed.offset),
+            metadata: committed.metadata,
+        },
+        None => GroupCursor {
+            cursor: None,
+            metadata: None,
+        },
+    };
+    Ok(HttpResponse::Ok().json(answer))
 }
 
 /// `GET /topics/{topic}/partitions/{partition}/cursors`.
@@ -252,11 +301,18 @@ pub async fn cursors(
 pub async fn delete_cursor(
     state: web::Data<HttpState>,
     path: web::Path<(String, String, String)>,
+    request: HttpRequest,
 ) -> Result<HttpResponse, ApiError> {
     let (topic, index, group) = path.into_inner();
-    state
+    let deleted = state
         .log
         .delete_cursor(&topic, partition(&index)?, &group)
         .await?;
-    Ok(HttpResponse::NoContent().finish())
+    let mut answer = HttpResponse::NoContent();
+    // Another node's typed call learns whether there was a cursor (a client's request that a
+    // node passed on gets it too, unasked: the documented 204 says nothing of it).
+    if forwarded(&request) {
+        answer.insert_header((CURSOR_DELETED, if deleted { "1" } else { "0" }));
+    }
+    Ok(answer.finish())
 }

@@ -48,7 +48,8 @@ macro_rules! api_routes {
             "/topics/{topic}/groups/{group}/commit" => post consume::commit as consume;
             "/topics/{topic}/partitions/{partition}/cursors" => get consume::cursors as consume;
             "/topics/{topic}/partitions/{partition}/cursors/{group}" =>
-                put consume::put_cursor as consume, delete consume::delete_cursor as admin;
+                put consume::put_cursor as consume, get consume::get_cursor as consume,
+                delete consume::delete_cursor as admin;
             "/topics/{topic}/groups/{group}/leases" => post leases::claim_any as consume;
             "/topics/{topic}/partitions/{partition}/groups/{group}/leases" =>
                 post leases::claim as consume, get leases::list as consume;

@@ -4,11 +4,12 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::long_poll::until_records;
-use super::{Log, Way};
+use super::spread::Here;
+use super::{Committed, Log, Way};
 use crate::error::Error;
 use crate::names::validate_group;
 use crate::partition;
-use crate::store::{Page, check_offset, page_limit};
+use crate::store::{Page, check_metadata, check_offset, page_limit};
 
 impl Log {
     /// Reads up to `limit` records of a partition from `from` (default: its oldest readable
@@ -203,6 +204,103 @@ impl Log {
         }
     }
 
+    /// [`commit`](Self::commit), keeping `metadata` with the cursor when the commit moves it:
+    /// the REST API's commit that carries metadata.
+    ///
+    /// # Errors
+    /// As [`commit`](Self::commit), and `invalid_request` for metadata over
+    /// [`MAX_CURSOR_METADATA_BYTES`](super::MAX_CURSOR_METADATA_BYTES) bytes.
+    pub(crate) async fn commit_with(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+        offset: u64,
+        metadata: Option<&str>,
+    ) -> Result<u64, Error> {
+        let id = self.group_partition(topic, partition, group)?;
+        check_metadata(metadata)?;
+        let commit = partition::CommitWith {
+            group: group.to_owned(),
+            offset,
+            metadata: metadata.map(str::to_owned),
+        };
+        // As `commit`: only a commit of 0 creates a partition never written.
+        match self.call_existing(&id, commit.clone()).await? {
+            Some(cursor) => Ok(cursor),
+            None => {
+                check_offset(offset, 0)?;
+                self.call_creating(&id, commit).await
+            }
+        }
+    }
+
+    /// Sets `group`'s cursor in a partition to `offset`, forward or back (a seek), keeping
+    /// `metadata`; answers the cursor. In a cluster, the node holding the partition sets it.
+    ///
+    /// # Errors
+    /// Name and partition errors, `invalid_offset` beyond the next offset, `invalid_request`
+    /// for metadata over [`MAX_CURSOR_METADATA_BYTES`](super::MAX_CURSOR_METADATA_BYTES)
+    /// bytes, `unavailable`.
+    pub async fn seek(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+        offset: u64,
+        metadata: Option<&str>,
+    ) -> Result<u64, Error> {
+        let id = self.group_partition(topic, partition, group)?;
+        check_metadata(metadata)?;
+        let here = || -> Here<'_, u64> {
+            let seek = partition::Seek {
+                group: group.to_owned(),
+                offset,
+                metadata: metadata.map(str::to_owned),
+            };
+            let id = &id;
+            Box::pin(async move {
+                // As `commit`: only a seek to 0 creates a partition never written.
+                match self.call_existing(id, seek.clone()).await? {
+                    Some(cursor) => Ok(cursor),
+                    None => {
+                        check_offset(offset, 0)?;
+                        self.call_creating(id, seek).await
+                    }
+                }
+            })
+        };
+        match self.spread() {
+            Some(spread) => spread.seek(&id, group, offset, metadata, here).await,
+            None => here().await,
+        }
+    }
+
+    /// `group`'s committed position in a partition with its metadata, if any. In a cluster,
+    /// the node holding the partition answers.
+    ///
+    /// # Errors
+    /// Name and partition errors; `unavailable`.
+    pub async fn committed(
+        &self,
+        topic: &str,
+        partition: u32,
+        group: &str,
+    ) -> Result<Option<Committed>, Error> {
+        let id = self.group_partition(topic, partition, group)?;
+        let here = || -> Here<'_, Option<Committed>> {
+            let get = partition::GetCommitted {
+                group: group.to_owned(),
+            };
+            let id = &id;
+            Box::pin(async move { Ok(self.call_existing(id, get).await?.flatten()) })
+        };
+        match self.spread() {
+            Some(spread) => spread.committed(&id, group, here).await,
+            None => here().await,
+        }
+    }
+
     /// `group`'s committed position in a partition, if any.
     ///
     /// # Errors
@@ -242,6 +340,7 @@ impl Log {
     }
 
     /// Deletes `group`'s cursor and leases in a partition; answers whether there was a cursor.
+    /// In a cluster, the node holding the partition deletes them.
     ///
     /// # Errors
     /// Name and partition errors; `unavailable`.
@@ -252,15 +351,17 @@ impl Log {
         group: &str,
     ) -> Result<bool, Error> {
         let id = self.group_partition(topic, partition, group)?;
-        Ok(self
-            .call_existing(
-                &id,
-                partition::DeleteCursor {
-                    group: group.to_owned(),
-                },
-            )
-            .await?
-            .unwrap_or(false))
+        let here = || -> Here<'_, bool> {
+            let delete = partition::DeleteCursor {
+                group: group.to_owned(),
+            };
+            let id = &id;
+            Box::pin(async move { Ok(self.call_existing(id, delete).await?.unwrap_or(false)) })
+        };
+        match self.spread() {
+            Some(spread) => spread.delete_cursor(&id, group, here).await,
+            None => here().await,
+        }
     }
 
     /// Commits `group`'s positions in several partitions of `topic` (forward only), after

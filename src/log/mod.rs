@@ -25,9 +25,9 @@ pub use crate::registry::PartitionCounters;
 /// The store's types that callers of `Log` see (its answers and errors), so they need not
 /// reach into [`store`](crate::store).
 pub use crate::store::{
-    AppendOutcome, AppendRejection, Bounds, ColdFlushCounters, GroupPosition, Header, Lease,
-    LeaseRow, LeaseState, MAX_KEY_BYTES, NewRecord, Page, Payload, Record, ReplicaCounters,
-    ScrubCounters, StoreError, unsigned_offset,
+    AppendOutcome, AppendRejection, Bounds, ColdFlushCounters, Committed, GroupPosition, Header,
+    Lease, LeaseRow, LeaseState, MAX_CURSOR_METADATA_BYTES, MAX_KEY_BYTES, NewRecord, Page,
+    Payload, Record, ReplicaCounters, ScrubCounters, StoreError, unsigned_offset,
 };
 pub use builder::LogBuilder;
 pub use operations::{

@@ -27,7 +27,7 @@ use crate::cluster::{Cluster, Route};
 use crate::error::Error;
 use crate::names::PartitionId;
 use crate::partition::Appended;
-use crate::store::{AppendOutcome, Bounds, Lease, NewRecord, Page, check_offset};
+use crate::store::{AppendOutcome, Bounds, Committed, Lease, NewRecord, Page, check_offset};
 
 use super::{PartitionDetail, TopicsPage};
 
@@ -81,7 +81,7 @@ pub(crate) struct Spread<'a> {
 }
 
 /// What an operation on the partitions held here answers.
-type Here<'f, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'f>>;
+pub(super) type Here<'f, T> = Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'f>>;
 
 /// What a poll of the partitions held here answers: not `Send`, as a long-poll's wait is not.
 type PolledHere<'f> = Pin<Box<dyn Future<Output = Result<Vec<Page>, Error>> + 'f>>;
@@ -212,6 +212,73 @@ impl Spread<'_> {
             .await?;
         match remote {
             Some(lease) => Ok(lease),
+            None => here().await,
+        }
+    }
+
+    /// Sets `group`'s cursor on partition `id` to `offset` with `metadata` where it is served
+    /// (`here`: this node).
+    pub async fn seek<'h>(
+        &self,
+        id: &PartitionId,
+        group: &str,
+        offset: u64,
+        metadata: Option<&str>,
+        here: impl FnOnce() -> Here<'h, u64>,
+    ) -> Result<u64, Error> {
+        let remote = self
+            .on_other_node(id, |node| async move {
+                Ok(self
+                    .peers
+                    .seek(&node, id.topic(), id.index(), group, offset, metadata)
+                    .await?)
+            })
+            .await?;
+        match remote {
+            Some(cursor) => Ok(cursor),
+            None => here().await,
+        }
+    }
+
+    /// `group`'s committed position on partition `id` where it is served (`here`: this node).
+    pub async fn committed<'h>(
+        &self,
+        id: &PartitionId,
+        group: &str,
+        here: impl FnOnce() -> Here<'h, Option<Committed>>,
+    ) -> Result<Option<Committed>, Error> {
+        let remote = self
+            .on_other_node(id, |node| async move {
+                Ok(self
+                    .peers
+                    .committed(&node, id.topic(), id.index(), group)
+                    .await?)
+            })
+            .await?;
+        match remote {
+            Some(committed) => Ok(committed),
+            None => here().await,
+        }
+    }
+
+    /// Deletes `group`'s cursor on partition `id` where it is served (`here`: this node):
+    /// whether there was one.
+    pub async fn delete_cursor<'h>(
+        &self,
+        id: &PartitionId,
+        group: &str,
+        here: impl FnOnce() -> Here<'h, bool>,
+    ) -> Result<bool, Error> {
+        let remote = self
+            .on_other_node(id, |node| async move {
+                Ok(self
+                    .peers
+                    .delete_cursor(&node, id.topic(), id.index(), group)
+                    .await?)
+            })
+            .await?;
+        match remote {
+            Some(deleted) => Ok(deleted),
             None => here().await,
         }
     }
@@ -486,6 +553,8 @@ mod tests {
         held: Mutex<BTreeMap<String, Held>>,
         /// Every call, as `node op detail`.
         calls: Mutex<Vec<String>>,
+        /// The metadata kept with each cursor, by node and partition.
+        metadata: Mutex<BTreeMap<(String, u32), String>>,
     }
 
     impl Nodes {
@@ -596,6 +665,69 @@ mod tests {
                         (partition, entry.1)
                     })
                     .collect())
+            })
+        }
+
+        fn seek<'a>(
+            &'a self,
+            node: &'a str,
+            _: &'a str,
+            partition: u32,
+            _: &'a str,
+            offset: u64,
+            metadata: Option<&'a str>,
+        ) -> crate::cluster::peer::PeerFuture<'a, u64> {
+            lock(&self.calls).push(format!("{node} seek {partition} to {offset}"));
+            Box::pin(async move {
+                self.holding(node, Some(partition))?;
+                let mut held = lock(&self.held);
+                let entry = held.get_mut(node).unwrap().get_mut(&partition).unwrap();
+                check_offset(offset, entry.0).map_err(|err| {
+                    PeerError::Refused(crate::wire::ErrorDetail::new(err.code(), err.to_string()))
+                })?;
+                entry.1 = offset;
+                let key = (node.to_owned(), partition);
+                match metadata {
+                    Some(text) => lock(&self.metadata).insert(key, text.to_owned()),
+                    None => lock(&self.metadata).remove(&key),
+                };
+                Ok(offset)
+            })
+        }
+
+        fn committed<'a>(
+            &'a self,
+            node: &'a str,
+            _: &'a str,
+            partition: u32,
+            _: &'a str,
+        ) -> crate::cluster::peer::PeerFuture<'a, Option<Committed>> {
+            lock(&self.calls).push(format!("{node} committed {partition}"));
+            Box::pin(async move {
+                let held = self.holding(node, Some(partition))?;
+                let metadata = lock(&self.metadata)
+                    .get(&(node.to_owned(), partition))
+                    .cloned();
+                Ok(Some(Committed {
+                    offset: held[&partition].1,
+                    metadata,
+                }))
+            })
+        }
+
+        fn delete_cursor<'a>(
+            &'a self,
+            node: &'a str,
+            _: &'a str,
+            partition: u32,
+            _: &'a str,
+        ) -> crate::cluster::peer::PeerFuture<'a, bool> {
+            lock(&self.calls).push(format!("{node} delete_cursor {partition}"));
+            Box::pin(async move {
+                self.holding(node, Some(partition))?;
+                Ok(lock(&self.metadata)
+                    .remove(&(node.to_owned(), partition))
+                    .is_some())
             })
         }
 
@@ -813,6 +945,72 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(err.code(), ErrorCode::Unavailable, "{err}");
+    }
+
+    /// A seek, a committed position and a cursor's deletion of a partition held elsewhere are
+    /// served by its node (following it once when it moved), with the seek's metadata and its
+    /// refusal as that node answers them; one held here is served here.
+    #[actix::test]
+    async fn a_seek_and_its_committed_position_are_served_where_the_partition_is_held() {
+        let mut places = Places::new(&[(0, Place::Here), (1, at("b"))]);
+        places.after_refresh = Some([(0, Place::Here), (1, at("c"))].into_iter().collect());
+        let nodes = Nodes::with(&[("b", 1, 5), ("c", 1, 9)]);
+        let spread = Spread {
+            placement: &places,
+            peers: &nodes,
+        };
+        let (here_id, there) = (
+            PartitionId::new(TOPIC, 0).unwrap(),
+            PartitionId::new(TOPIC, 1).unwrap(),
+        );
+        let not_here = || -> Here<'_, u64> { panic!("not held here") };
+        assert_eq!(
+            spread
+                .seek(&there, "g", 4, Some("m"), not_here)
+                .await
+                .unwrap(),
+            4
+        );
+        let committed = spread
+            .committed(&there, "g", || panic!("not held here"))
+            .await
+            .unwrap();
+        let expected = Committed {
+            offset: 4,
+            metadata: Some("m".into()),
+        };
+        assert_eq!(committed, Some(expected));
+        let refused = spread
+            .seek(&there, "g", 6, None, not_here)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), ErrorCode::InvalidOffset, "{refused}");
+        assert!(
+            spread
+                .delete_cursor(&there, "g", || panic!("not held here"))
+                .await
+                .unwrap()
+        );
+        assert_eq!(
+            nodes.calls(),
+            [
+                "b seek 1 to 4",
+                "b committed 1",
+                "b seek 1 to 6",
+                "b delete_cursor 1"
+            ]
+        );
+
+        // b no longer holds it: the owners are read again, and c is asked.
+        lock(&nodes.held).remove("b");
+        let here = || Box::pin(async { Ok(7_u64) }) as Here<'_, u64>;
+        assert_eq!(
+            spread.seek(&there, "g", 8, None, not_here).await.unwrap(),
+            8
+        );
+        assert_eq!(spread.seek(&here_id, "g", 7, None, here).await.unwrap(), 7);
+        assert_eq!(*lock(&places.refreshes), 1);
+        assert_eq!(nodes.calls()[4..], ["b seek 1 to 8", "c seek 1 to 8"]);
     }
 
     /// A topic's description gathers every partition from where it is held, in order; a node

@@ -3,7 +3,9 @@
 //! - `Read`: a page of records, from the hot window or read back from cold segments.
 //! - `GetCursor`: one group's committed position.
 //! - `ListCursors`: every group's committed position.
-//! - `Commit`: move a group's cursor forward.
+//! - `GetCommitted`: one group's committed position with its metadata.
+//! - `Commit`: move a group's cursor forward (`CommitWith`: keeping metadata with it).
+//! - `Seek`: set a group's cursor forward or back, keeping metadata with it.
 //! - `DeleteCursor`: forget a group's position and leases.
 
 use std::collections::BTreeMap;
@@ -12,7 +14,7 @@ use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
-use crate::store::Page;
+use crate::store::{Committed, Page};
 
 /// Reads up to `limit` records from `from` (default: the oldest readable offset).
 #[derive(Message, Debug, Clone)]
@@ -63,6 +65,25 @@ impl Handler<GetCursor> for PartitionActor {
     }
 }
 
+/// Asks for `group`'s committed position with the metadata its commit carried (`None` if it
+/// never committed).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<Option<Committed>, Error>")]
+pub struct GetCommitted {
+    /// The consumer group.
+    pub group: String,
+}
+
+impl Handler<GetCommitted> for PartitionActor {
+    type Result = ResponseFuture<Result<Option<Committed>, Error>>;
+
+    fn handle(&mut self, committed: GetCommitted, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_worker(ctx, move |store| async move {
+            Ok(store.committed(&committed.group)?)
+        })
+    }
+}
+
 /// Asks for every group's committed position, by group name.
 #[derive(Message, Debug, Clone)]
 #[rtype(result = "Result<BTreeMap<String, u64>, Error>")]
@@ -93,6 +114,55 @@ impl Handler<Commit> for PartitionActor {
     fn handle(&mut self, commit: Commit, ctx: &mut Context<Self>) -> Self::Result {
         self.on_worker(ctx, move |store| async move {
             Ok(store.commit(&commit.group, commit.offset)?)
+        })
+    }
+}
+
+/// [`Commit`], keeping `metadata` with the cursor when the commit moves it (a commit that
+/// does not move it changes nothing, its metadata included).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<u64, Error>")]
+pub struct CommitWith {
+    /// The consumer group.
+    pub group: String,
+    /// The next offset to read (at most the log's next offset).
+    pub offset: u64,
+    /// What to keep with the cursor (at most `MAX_CURSOR_METADATA_BYTES` bytes); `None`:
+    /// nothing.
+    pub metadata: Option<String>,
+}
+
+impl Handler<CommitWith> for PartitionActor {
+    type Result = ResponseFuture<Result<u64, Error>>;
+
+    fn handle(&mut self, commit: CommitWith, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_worker(ctx, move |store| async move {
+            let metadata = commit.metadata.as_deref();
+            Ok(store.commit_with(&commit.group, commit.offset, metadata)?)
+        })
+    }
+}
+
+/// Sets `group`'s position to `offset`, forward or back (a seek), keeping `metadata` with it;
+/// answers the cursor, `offset`.
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<u64, Error>")]
+pub struct Seek {
+    /// The consumer group.
+    pub group: String,
+    /// The next offset to read (at most the log's next offset).
+    pub offset: u64,
+    /// What to keep with the cursor (at most `MAX_CURSOR_METADATA_BYTES` bytes); `None`:
+    /// nothing.
+    pub metadata: Option<String>,
+}
+
+impl Handler<Seek> for PartitionActor {
+    type Result = ResponseFuture<Result<u64, Error>>;
+
+    fn handle(&mut self, seek: Seek, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_worker(ctx, move |store| async move {
+            Ok(store.seek(&seek.group, seek.offset, seek.metadata.as_deref())?)
         })
     }
 }

@@ -41,7 +41,9 @@ use actix::{
 };
 use tokio::sync::oneshot;
 
-pub use consume::{Commit, DeleteCursor, GetCursor, ListCursors, Read};
+pub use consume::{
+    Commit, CommitWith, DeleteCursor, GetCommitted, GetCursor, ListCursors, Read, Seek,
+};
 pub use leases::{Ack, ClaimLease, Extend, ListLeases, Nack};
 pub(crate) use operations::RetentionRuns;
 pub use operations::{ForgetColdBefore, GetBounds, GetLoad, RunRetention, Trim};

@@ -59,6 +59,14 @@ pub enum StoreError {
     /// A group name that breaks the naming rules.
     #[error(transparent)]
     InvalidName(#[from] NameError),
+    /// A cursor's metadata longer than a cursor keeps.
+    #[error("metadata of {bytes} bytes is longer than the {max} bytes a cursor keeps")]
+    MetadataTooLong {
+        /// The metadata's length in bytes of UTF-8.
+        bytes: usize,
+        /// The most a cursor keeps.
+        max: usize,
+    },
     /// The batch is not held by this group: unknown, fenced by a redelivery, already settled,
     /// or another group's.
     #[error("batch {batch_id} is not held")]
@@ -118,7 +126,7 @@ impl StoreError {
             Self::Elsewhere { .. } => ErrorCode::NotOwner,
             Self::InvalidOffset { .. } | Self::NegativeOffset { .. } => ErrorCode::InvalidOffset,
             Self::Truncated { .. } => ErrorCode::LogTruncated,
-            Self::InvalidLimit => ErrorCode::InvalidRequest,
+            Self::InvalidLimit | Self::MetadataTooLong { .. } => ErrorCode::InvalidRequest,
             Self::InvalidName(_) => ErrorCode::InvalidName,
             Self::LeaseNotHeld { .. } => ErrorCode::LeaseNotHeld,
             Self::LeasesDisabled => ErrorCode::LeasesDisabled,

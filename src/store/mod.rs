@@ -38,7 +38,7 @@ use rusqlite::{Connection, Transaction};
 use serde::Deserialize;
 
 pub use batch::{AppendOutcome, AppendRejection, MAX_KEY_BYTES, NewRecord, check_batch};
-pub use cursors::GroupPosition;
+pub use cursors::{Committed, GroupPosition, MAX_CURSOR_METADATA_BYTES, check_metadata};
 pub use damage::{AcceptError, AcceptedDamage, DamageKind, DamageMark, accept_damage};
 pub(crate) use damage::{mark_damaged_file, mark_path as damage_mark_path};
 pub use due::{DuePartition, DuePosition};

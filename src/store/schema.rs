@@ -158,6 +158,13 @@ pub(super) const MIGRATIONS: &[&str] = &[
     -- empty blob for a tombstone); `bytes` counts either.
     ALTER TABLE records ADD COLUMN meta BLOB;
     ",
+    // 8: the metadata a cursor's commit carried (a Kafka offset commit's). Older rows have
+    // none.
+    "
+    -- NULL: no metadata. Written by the commit or seek that set the cursor; a commit that
+    -- moves the cursor without metadata clears it (see `cursors.rs`).
+    ALTER TABLE cursors ADD COLUMN metadata TEXT;
+    ",
 ];
 
 /// The schema version this program writes.
@@ -212,6 +219,41 @@ mod tests {
             )
             .unwrap();
         assert_eq!(offset, 7);
+    }
+
+    /// A volume of version 7 keeps its cursors through migration 8: the offset is unchanged
+    /// and the metadata reads as none, so the store answers the cursor as it did.
+    #[test]
+    fn a_version_7_volume_keeps_its_cursors_without_metadata() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        for sql in &MIGRATIONS[..7] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 7).unwrap();
+        conn.execute(
+            "INSERT INTO cursors (partition, group_name, offset, committed_at)
+             VALUES (1, 'g', 7, 1800000000000)",
+            [],
+        )
+        .unwrap();
+
+        migrate(&mut conn).unwrap();
+        let version: i64 = conn
+            .query_row("PRAGMA user_version", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, CURRENT_VERSION);
+        let (offset, committed_at, metadata): (i64, i64, Option<String>) = conn
+            .query_row(
+                "SELECT offset, committed_at, metadata FROM cursors
+                 WHERE partition = 1 AND group_name = 'g'",
+                [],
+                |row| Ok((row.get(0)?, row.get(1)?, row.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!(
+            (offset, committed_at, metadata),
+            (7, 1_800_000_000_000, None)
+        );
     }
 
     /// A volume of version 6 keeps its records through migration 7: the row is unchanged, its

@@ -12,6 +12,7 @@ mod cold_faults;
 mod common;
 mod config;
 mod crash;
+mod cursor_seek;
 mod damage;
 mod density;
 mod embedded_cluster;

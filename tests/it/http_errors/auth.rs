@@ -63,7 +63,7 @@ async fn unauthorized_is_401() {
 fn permission_of(operation_id: &str) -> Option<&'static str> {
     match operation_id {
         "appendRecords" | "produceEvents" => Some("produce"),
-        "readRecords" | "pollGroup" | "commitGroup" | "listCursors" | "putCursor"
+        "readRecords" | "pollGroup" | "commitGroup" | "listCursors" | "putCursor" | "getCursor"
         | "claimAnyLease" | "claimLease" | "listLeases" | "ackLease" | "nackLease"
         | "extendLease" | "getBounds" | "getLoad" | "getTopic" => Some("consume"),
         "deleteCursor" | "trimPartition" | "forgetCold" | "getCluster" => Some("admin"),

@@ -129,6 +129,34 @@ async fn answers_match_the_document() {
         "/topics/t/partitions/0/cursors"
     );
     assert_eq!((status, &cursors["cursors"]["g"]), (200, &json!(2)));
+    let (status, cursor) = exchange!(
+        &app,
+        document,
+        "get",
+        "/topics/{topic}/partitions/{partition}/cursors/{group}",
+        "/topics/t/partitions/0/cursors/g"
+    );
+    assert_eq!((status, cursor), (200, json!({"cursor": 2})));
+    let (status, _) = exchange!(
+        &app,
+        document,
+        "put",
+        "/topics/{topic}/partitions/{partition}/cursors/{group}",
+        "/topics/t/partitions/0/cursors/g",
+        json!({"offset": 1, "seek": true, "metadata": "m"})
+    );
+    assert_eq!(status, 200);
+    let (status, cursor) = exchange!(
+        &app,
+        document,
+        "get",
+        "/topics/{topic}/partitions/{partition}/cursors/{group}",
+        "/topics/t/partitions/0/cursors/g"
+    );
+    assert_eq!(
+        (status, cursor),
+        (200, json!({"cursor": 1, "metadata": "m"}))
+    );
     let (status, _) = exchange!(
         &app,
         document,
@@ -137,6 +165,14 @@ async fn answers_match_the_document() {
         "/topics/t/partitions/0/cursors/g"
     );
     assert_eq!(status, 204);
+    let (status, cursor) = exchange!(
+        &app,
+        document,
+        "get",
+        "/topics/{topic}/partitions/{partition}/cursors/{group}",
+        "/topics/t/partitions/0/cursors/g"
+    );
+    assert_eq!((status, cursor), (200, json!({"cursor": null})));
 
     // Leases.
     let (status, lease) = exchange!(
