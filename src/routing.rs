@@ -25,7 +25,13 @@ pub fn fnv1a_utf16(key: &str) -> u32 {
 /// (`topic:index`), modulo the count. A node's new partitions, and a cluster's placement, both
 /// follow it.
 pub fn volume_of(id: &PartitionId, volumes: usize) -> usize {
-    fnv1a_utf16(&id.to_string()) as usize % volumes.max(1)
+    volume_of_key(&id.to_string(), volumes)
+}
+
+/// The volume (`0..volumes`) that a name maps to: [`fnv1a_utf16`] of it, modulo the count.
+/// A partition's is that of `topic:index`; a Kafka consumer group's, of its name.
+pub fn volume_of_key(key: &str, volumes: usize) -> usize {
+    fnv1a_utf16(key) as usize % volumes.max(1)
 }
 
 /// The partition (`0..partitions`) that events with `key` go to, identical to the original's

@@ -27,9 +27,16 @@ use kafka_protocol::messages::{
     SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
     TopicName,
 };
+use kafka_protocol::messages::{
+    DeleteGroupsRequest, DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest,
+    FindCoordinatorRequest, HeartbeatRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest,
+    SyncGroupRequest,
+};
 use kafka_protocol::protocol::{Decodable, StrBytes};
 
 use super::batch::{BatchError, decode_batches, encode_records, encoded_size};
+use super::group_api;
 use super::producers::{Batch, Check, Producers};
 use super::{Answer, Broker, Frame, Session};
 use crate::auth::{Permission, Principal};
@@ -48,6 +55,19 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 2, 9),
+    (ApiKey::OffsetFetch, 1, 8),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::DescribeCluster, 0, 1),
 ];
 
 /// The highest ApiVersions version served.
@@ -66,6 +86,19 @@ pub(super) fn name(api: ApiKey) -> &'static str {
         ApiKey::InitProducerId => "InitProducerId",
         ApiKey::SaslHandshake => "SaslHandshake",
         ApiKey::SaslAuthenticate => "SaslAuthenticate",
+        ApiKey::FindCoordinator => "FindCoordinator",
+        ApiKey::JoinGroup => "JoinGroup",
+        ApiKey::SyncGroup => "SyncGroup",
+        ApiKey::Heartbeat => "Heartbeat",
+        ApiKey::LeaveGroup => "LeaveGroup",
+        ApiKey::OffsetCommit => "OffsetCommit",
+        ApiKey::OffsetFetch => "OffsetFetch",
+        ApiKey::ListGroups => "ListGroups",
+        ApiKey::DescribeGroups => "DescribeGroups",
+        ApiKey::DeleteGroups => "DeleteGroups",
+        ApiKey::OffsetDelete => "OffsetDelete",
+        ApiKey::DescribeConfigs => "DescribeConfigs",
+        ApiKey::DescribeCluster => "DescribeCluster",
         _ => "other",
     }
 }
@@ -74,7 +107,7 @@ pub(super) fn name(api: ApiKey) -> &'static str {
 const PLAIN: &str = "PLAIN";
 
 /// The protocol's code for no error.
-const NONE: i16 = 0;
+pub(super) const NONE: i16 = 0;
 
 /// A request's answer to come.
 pub(super) enum Next<'b, 's, T = Option<Answer>> {
@@ -165,6 +198,88 @@ pub(super) fn answer<'b: 's, 's>(
         ApiKey::DeleteTopics => now(delete_topics(
             &principal,
             decoded!(DeleteTopicsRequest),
+            version,
+        )),
+        ApiKey::FindCoordinator => now(group_api::find_coordinator(
+            broker,
+            decoded!(FindCoordinatorRequest),
+            version,
+        )),
+        ApiKey::JoinGroup => {
+            let request = decoded!(JoinGroupRequest);
+            let client_id = header
+                .client_id
+                .as_ref()
+                .map(|id| id.to_string())
+                .unwrap_or_default();
+            let client_host = session
+                .peer
+                .map(|peer| format!("/{}", peer.ip()))
+                .unwrap_or_default();
+            later(Box::pin(group_api::join_group(
+                broker,
+                (client_id, client_host),
+                request,
+                version,
+            )))
+        }
+        ApiKey::SyncGroup => {
+            let request = decoded!(SyncGroupRequest);
+            later(Box::pin(group_api::sync_group(broker, request, version)))
+        }
+        ApiKey::Heartbeat => now(group_api::heartbeat(
+            broker,
+            decoded!(HeartbeatRequest),
+            version,
+        )),
+        ApiKey::LeaveGroup => now(group_api::leave_group(
+            broker,
+            decoded!(LeaveGroupRequest),
+            version,
+        )),
+        ApiKey::OffsetCommit => {
+            let request = decoded!(OffsetCommitRequest);
+            later(Box::pin(async move {
+                group_api::offset_commit(broker, &principal, request, version).await
+            }))
+        }
+        ApiKey::OffsetFetch => {
+            let request = decoded!(OffsetFetchRequest);
+            later(Box::pin(async move {
+                group_api::offset_fetch(broker, &principal, request, version).await
+            }))
+        }
+        ApiKey::ListGroups => now(group_api::list_groups(
+            broker,
+            decoded!(ListGroupsRequest),
+            version,
+        )),
+        ApiKey::DescribeGroups => now(group_api::describe_groups(
+            broker,
+            decoded!(DescribeGroupsRequest),
+            version,
+        )),
+        ApiKey::DeleteGroups => {
+            let request = decoded!(DeleteGroupsRequest);
+            later(Box::pin(async move {
+                group_api::delete_groups(broker, &principal, request, version).await
+            }))
+        }
+        ApiKey::OffsetDelete => {
+            let request = decoded!(OffsetDeleteRequest);
+            later(Box::pin(async move {
+                group_api::offset_delete(broker, &principal, request, version).await
+            }))
+        }
+        ApiKey::DescribeConfigs => now(group_api::describe_configs(
+            broker,
+            &principal,
+            decoded!(DescribeConfigsRequest),
+            version,
+        )),
+        ApiKey::DescribeCluster => now(group_api::describe_cluster(
+            broker,
+            decoded!(DescribeClusterRequest),
             version,
         )),
         _ => now(None),
@@ -266,7 +381,7 @@ fn authenticate(broker: &Broker, session: &mut Session, token: &[u8]) -> Result<
 }
 
 /// The error code of a log error.
-fn code_of(err: &Error) -> i16 {
+pub(super) fn code_of(err: &Error) -> i16 {
     let error = match err.code() {
         ErrorCode::InvalidName => ResponseError::InvalidTopicException,
         ErrorCode::UnknownPartition => ResponseError::UnknownTopicOrPartition,
@@ -366,7 +481,7 @@ async fn metadata(
 
 /// The brokers Metadata names: this node outside a cluster; every live node with a Kafka
 /// listener in one.
-fn brokers(broker: &Broker) -> Vec<MetadataResponseBroker> {
+pub(super) fn brokers(broker: &Broker) -> Vec<MetadataResponseBroker> {
     let entry = |id: i32, host: &str, port: i32| {
         let mut entry = MetadataResponseBroker::default();
         entry.node_id = BrokerId(id);

@@ -17,6 +17,8 @@
 
 mod api;
 pub mod batch;
+mod group_api;
+mod groups;
 mod producers;
 
 use std::io;
@@ -70,6 +72,8 @@ pub(crate) struct Broker {
     max_request_bytes: usize,
     request_timeout: Duration,
     producers: producers::Producers,
+    /// The consumer groups this node coordinates.
+    groups: groups::Coordinator,
     /// Who a client is when the server needs no credentials.
     anonymous: Arc<Principal>,
 }
@@ -117,6 +121,7 @@ pub async fn listen(
         max_request_bytes: settings.max_request_bytes,
         request_timeout: Duration::from_millis(config.server.request_timeout_ms),
         producers: producers::Producers::default(),
+        groups: groups::Coordinator::default(),
         anonymous: Arc::new(Principal::with_every_permission("anonymous")),
         metrics,
         log: log.clone(),
@@ -127,6 +132,7 @@ pub async fn listen(
         config.alpn_protocols.clear();
         tokio_rustls::TlsAcceptor::from(Arc::new(config))
     });
+    actix::spawn(end_group_sessions(Arc::downgrade(&broker)));
     let workers: Vec<actix::Arbiter> = (0..threads.max(1)).map(|_| actix::Arbiter::new()).collect();
     let open = Arc::new(AtomicUsize::new(0));
     let max_connections = settings.max_connections;
@@ -155,7 +161,7 @@ pub async fn listen(
             next += 1;
             worker.spawn_fn(move || {
                 actix::spawn(async move {
-                    if let Err(err) = connection(&broker, stream, tls).await {
+                    if let Err(err) = connection(&broker, stream, tls, peer).await {
                         log::debug!("kafka: {peer}: {err}");
                     }
                     open.fetch_sub(1, Ordering::Relaxed);
@@ -167,6 +173,21 @@ pub async fn listen(
         address,
         advertised,
     })
+}
+
+/// How often the groups' sessions and rebalances are looked at for their end.
+const GROUP_TICK: Duration = Duration::from_millis(100);
+
+/// Ends the groups' sessions and rebalances whose time is up, as long as the listener lives.
+async fn end_group_sessions(broker: std::sync::Weak<Broker>) {
+    let mut ticks = actix::clock::interval(GROUP_TICK);
+    loop {
+        ticks.tick().await;
+        let Some(broker) = broker.upgrade() else {
+            return;
+        };
+        broker.groups.tick(Instant::now());
+    }
 }
 
 /// This node's broker id: 0 outside a cluster; in one, a number of its node's name, the same
@@ -188,17 +209,18 @@ async fn connection(
     broker: &Broker,
     stream: std::net::TcpStream,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    peer: SocketAddr,
 ) -> io::Result<()> {
     let stream = TcpStream::from_std(stream)?;
     stream.set_nodelay(true)?;
     match tls {
-        None => serve(broker, stream).await,
+        None => serve(broker, stream, peer).await,
         Some(acceptor) => {
             let handshake = acceptor.accept(stream);
             let stream = actix::clock::timeout(broker.request_timeout, handshake)
                 .await
                 .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake"))??;
-            serve(broker, stream).await
+            serve(broker, stream, peer).await
         }
     }
 }
@@ -212,6 +234,8 @@ pub(crate) struct Session {
     bare_sasl_next: bool,
     /// The connection ends after this answer.
     closing: bool,
+    /// The client's address, which DescribeGroups shows of its members.
+    peer: Option<SocketAddr>,
 }
 
 impl Session {
@@ -237,6 +261,7 @@ const PIPELINED: usize = 16;
 async fn serve<S: AsyncRead + AsyncWrite + Unpin + 'static>(
     broker: &Broker,
     stream: S,
+    peer: SocketAddr,
 ) -> io::Result<()> {
     let (reader, mut writer) = tokio::io::split(stream);
     let (frames_in, mut frames) = tokio::sync::mpsc::channel(PIPELINED);
@@ -246,7 +271,7 @@ async fn serve<S: AsyncRead + AsyncWrite + Unpin + 'static>(
         broker.request_timeout,
         frames_in,
     ));
-    let answered = answer_frames(broker, &mut frames, &mut writer).await;
+    let answered = answer_frames(broker, &mut frames, &mut writer, peer).await;
     reading.abort();
     answered?;
     writer.flush().await
@@ -304,8 +329,12 @@ async fn answer_frames<W: AsyncWrite + Unpin>(
     broker: &Broker,
     frames: &mut tokio::sync::mpsc::Receiver<io::Result<Bytes>>,
     writer: &mut W,
+    peer: SocketAddr,
 ) -> io::Result<()> {
-    let mut session = Session::default();
+    let mut session = Session {
+        peer: Some(peer),
+        ..Session::default()
+    };
     let mut pipelined: FuturesOrdered<LocalBoxFuture<'_, Option<Frame>>> = FuturesOrdered::new();
     loop {
         tokio::select! {

@@ -3,9 +3,8 @@
 // reads the topic's metadata, its producer (default settings: acks -1, topics created on
 // first use) sends records with keys, repeated headers and values (JSON text, binary, a
 // tombstone), one `send` each so that each record's offset is known, and the admin client
-// then asks for the topic's offsets (ListOffsets). kafkajs reads only through a consumer
-// group, which the listener does not serve, so the test reads the records back with kcat and
-// over REST.
+// then asks for the topic's offsets (ListOffsets). The test reads the records back with kcat
+// and over REST (kafkajs reads only through a consumer group: kafkajs_group.js).
 //
 // Usage: node kafkajs_roundtrip.js BOOTSTRAP TOPIC
 //

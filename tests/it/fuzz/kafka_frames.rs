@@ -13,11 +13,21 @@ use std::time::Duration;
 use bytes::BytesMut;
 use durability::kafka::{SUPPORTED, batch};
 use durability::log::{Header, Payload, Record};
+use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+use kafka_protocol::messages::leave_group_request::MemberIdentity;
+use kafka_protocol::messages::offset_commit_request::{
+    OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+};
+use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{
-    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteTopicsRequest, FetchRequest,
-    InitProducerIdRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, RequestHeader,
-    SaslAuthenticateRequest, SaslHandshakeRequest, TopicName,
+    ApiKey, ApiVersionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, FetchRequest,
+    FindCoordinatorRequest, GroupId, HeartbeatRequest, InitProducerIdRequest, JoinGroupRequest,
+    LeaveGroupRequest, ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, RequestHeader,
+    SaslAuthenticateRequest, SaslHandshakeRequest, SyncGroupRequest, TopicName,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use proptest::prelude::*;
@@ -71,6 +81,7 @@ fn records() -> Vec<u8> {
 fn body(api: ApiKey, version: i16) -> Vec<u8> {
     let mut out = BytesMut::new();
     let topic = || TopicName(StrBytes::from_static_str("fuzz"));
+    let group = || GroupId(StrBytes::from_static_str("fuzz"));
     match api {
         ApiKey::ApiVersions => {
             let mut request = ApiVersionsRequest::default();
@@ -107,6 +118,93 @@ fn body(api: ApiKey, version: i16) -> Vec<u8> {
             request.encode(&mut out, version)
         }
         ApiKey::SaslAuthenticate => SaslAuthenticateRequest::default().encode(&mut out, version),
+        ApiKey::FindCoordinator => {
+            let mut request = FindCoordinatorRequest::default();
+            if version < 4 {
+                request.key = StrBytes::from_static_str("fuzz");
+            } else {
+                request.coordinator_keys = vec![StrBytes::from_static_str("fuzz")];
+            }
+            request.encode(&mut out, version)
+        }
+        ApiKey::JoinGroup => {
+            let mut protocol = JoinGroupRequestProtocol::default();
+            protocol.name = StrBytes::from_static_str("range");
+            protocol.metadata = vec![0, 1, 0, 0, 0, 1, 0, 4, b'f', b'u', b'z', b'z'].into();
+            let mut request = JoinGroupRequest::default();
+            request.group_id = group();
+            request.session_timeout_ms = 6_000;
+            request.rebalance_timeout_ms = 1_000;
+            request.protocol_type = StrBytes::from_static_str("consumer");
+            request.protocols = vec![protocol];
+            request.encode(&mut out, version)
+        }
+        ApiKey::SyncGroup => {
+            let mut request = SyncGroupRequest::default();
+            request.group_id = group();
+            request.member_id = StrBytes::from_static_str("fuzz-member");
+            request.encode(&mut out, version)
+        }
+        ApiKey::Heartbeat => {
+            let mut request = HeartbeatRequest::default();
+            request.group_id = group();
+            request.encode(&mut out, version)
+        }
+        ApiKey::LeaveGroup => {
+            let mut request = LeaveGroupRequest::default();
+            request.group_id = group();
+            if version >= 3 {
+                request.members = vec![MemberIdentity::default()];
+            }
+            request.encode(&mut out, version)
+        }
+        ApiKey::OffsetCommit => {
+            let mut partition = OffsetCommitRequestPartition::default();
+            partition.committed_offset = 0;
+            partition.committed_metadata = Some(StrBytes::from_static_str("m"));
+            let mut committed = OffsetCommitRequestTopic::default();
+            committed.name = topic();
+            committed.partitions = vec![partition];
+            let mut request = OffsetCommitRequest::default();
+            request.group_id = group();
+            request.generation_id_or_member_epoch = -1;
+            request.topics = vec![committed];
+            request.encode(&mut out, version)
+        }
+        ApiKey::OffsetFetch => {
+            let mut request = OffsetFetchRequest::default();
+            if version < 8 {
+                request.group_id = group();
+            } else {
+                request.groups = vec![OffsetFetchRequestGroup::default().with_group_id(group())];
+            }
+            request.encode(&mut out, version)
+        }
+        ApiKey::ListGroups => ListGroupsRequest::default().encode(&mut out, version),
+        ApiKey::DescribeGroups => {
+            let mut request = DescribeGroupsRequest::default();
+            request.groups = vec![group()];
+            request.encode(&mut out, version)
+        }
+        ApiKey::DeleteGroups => {
+            let mut request = DeleteGroupsRequest::default();
+            request.groups_names = vec![group()];
+            request.encode(&mut out, version)
+        }
+        ApiKey::OffsetDelete => {
+            let mut request = OffsetDeleteRequest::default();
+            request.group_id = group();
+            request.encode(&mut out, version)
+        }
+        ApiKey::DescribeConfigs => {
+            let mut resource = DescribeConfigsResource::default();
+            resource.resource_type = 2;
+            resource.resource_name = StrBytes::from_static_str("fuzz");
+            let mut request = DescribeConfigsRequest::default();
+            request.resources = vec![resource];
+            request.encode(&mut out, version)
+        }
+        ApiKey::DescribeCluster => DescribeClusterRequest::default().encode(&mut out, version),
         other => panic!("no body for {other:?}"),
     }
     .expect("a default request encodes");

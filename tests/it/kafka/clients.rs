@@ -865,8 +865,8 @@ fn kafka_python_round_trip() {
 /// kafkajs (its admin client and producer, default settings): CreateTopics with the broker's
 /// partition count, Metadata (8 partitions led by broker 0), Produce with keys, repeated
 /// headers, JSON, binary and null values, and ListOffsets; its records read back byte for
-/// byte through kcat and over REST. (kafkajs reads only through consumer groups, which the
-/// listener does not serve.)
+/// byte through kcat and over REST. (kafkajs reads only through consumer groups: see
+/// `groups.rs`.)
 #[test]
 fn kafkajs_round_trip() {
     let (_dir, server) = start(&[]);

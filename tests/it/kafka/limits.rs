@@ -1,7 +1,8 @@
 //! The Kafka listener's limits and what it reports: a frame over `kafka.max_request_bytes` is
 //! refused before it is read, a frame cut short is dropped after the request timeout, the
-//! connections have a bound, each API's requests are counted in `/metrics`, and records
-//! flushed to the cold tier are fetched back as over REST.
+//! connections have a bound, each API's requests are counted in `/metrics`, records flushed
+//! to the cold tier are fetched back as over REST, and a request not served is answered
+//! `UNSUPPORTED_VERSION`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -222,4 +223,43 @@ fn cold_records_are_fetched_back() {
     assert_eq!(offsets, [0, 1, 2, 3]);
     let earliest = success(&kcat(&["-b", &broker, "-Q", "-t", "c:0:-2"], b""));
     assert!(earliest.contains("offset 0"), "{earliest}");
+}
+
+/// A request of a key or version not served is answered `UNSUPPORTED_VERSION` under its
+/// correlation id, and the connection serves on: KIP-848's ConsumerGroupHeartbeat (key 68),
+/// which ApiVersions does not list, so clients keep to the classic group protocol, and a
+/// Produce of version 2 (below the versions served).
+#[test]
+fn requests_not_served_are_answered_unsupported_version() {
+    let (_dir, server) = start(&[]);
+    let mut stream = TcpStream::connect(bootstrap(&server)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    for (key, version, correlation) in [(68i16, 0i16, 41i32), (0, 2, 42)] {
+        // A header (key, version, correlation id, no client id) and a body nobody reads.
+        let mut frame = Vec::new();
+        frame.extend_from_slice(&key.to_be_bytes());
+        frame.extend_from_slice(&version.to_be_bytes());
+        frame.extend_from_slice(&correlation.to_be_bytes());
+        frame.extend_from_slice(&(-1i16).to_be_bytes());
+        frame.extend_from_slice(&[0, 1, 2, 3]);
+        let mut sized = (frame.len() as i32).to_be_bytes().to_vec();
+        sized.extend_from_slice(&frame);
+        stream.write_all(&sized).unwrap();
+        let mut answer = [0u8; 10];
+        stream.read_exact(&mut answer).unwrap();
+        assert_eq!(
+            answer,
+            [0, 0, 0, 6, 0, 0, 0, correlation as u8, 0, 35],
+            "key {key} v{version}: its correlation id and UNSUPPORTED_VERSION (35)"
+        );
+    }
+    assert!(answers(&mut stream), "the connection serves on");
+    assert!(
+        !durability::kafka::SUPPORTED
+            .iter()
+            .any(|(api, ..)| *api as i16 == 68),
+        "ApiVersions does not list ConsumerGroupHeartbeat"
+    );
 }

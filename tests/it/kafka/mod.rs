@@ -5,6 +5,7 @@
 
 mod clients;
 mod cluster;
+mod groups;
 mod idempotence;
 mod limits;
 mod security;
