@@ -466,6 +466,34 @@ async fn committed_offsets(
     answers
 }
 
+/// The topics of an OffsetFetch answer, of types `$topic` and `$partition` (those of version
+/// 8 and later have other names, and the same fields), from what [`committed_offsets`]
+/// answered; `$worst` takes the last error code.
+macro_rules! fetched_topics {
+    ($topic:ty, $partition:ty, $fetched:expr, $worst:ident) => {
+        $fetched
+            .into_iter()
+            .map(|(name, partitions)| {
+                let mut topic = <$topic>::default();
+                topic.name = TopicName(text(name));
+                for (index, offset, metadata, code) in partitions {
+                    let mut partition = <$partition>::default();
+                    partition.partition_index = index;
+                    partition.committed_offset = offset;
+                    partition.committed_leader_epoch = -1;
+                    partition.metadata = metadata;
+                    partition.error_code = code;
+                    if code != NONE {
+                        $worst = code;
+                    }
+                    topic.partitions.push(partition);
+                }
+                topic
+            })
+            .collect()
+    };
+}
+
 /// OffsetFetch: the group's cursors (`-1` where it has none), with their metadata; every
 /// topic the group committed to through this node when no topic is named.
 pub(super) async fn offset_fetch(
@@ -501,23 +529,13 @@ pub(super) async fn offset_fetch(
                         .collect()
                 });
                 let topics = topics_of(&group, named);
-                for (name, fetched) in committed_offsets(broker, principal, &group, topics).await {
-                    let mut topic = OffsetFetchResponseTopics::default();
-                    topic.name = TopicName(text(name));
-                    for (index, offset, metadata, code) in fetched {
-                        let mut partition = OffsetFetchResponsePartitions::default();
-                        partition.partition_index = index;
-                        partition.committed_offset = offset;
-                        partition.committed_leader_epoch = -1;
-                        partition.metadata = metadata;
-                        partition.error_code = code;
-                        if code != NONE {
-                            worst = code;
-                        }
-                        topic.partitions.push(partition);
-                    }
-                    answer.topics.push(topic);
-                }
+                let fetched = committed_offsets(broker, principal, &group, topics).await;
+                answer.topics = fetched_topics!(
+                    OffsetFetchResponseTopics,
+                    OffsetFetchResponsePartitions,
+                    fetched,
+                    worst
+                );
             }
             answer.group_id = asked.group_id;
             response.groups.push(answer);
@@ -536,23 +554,13 @@ pub(super) async fn offset_fetch(
             .collect()
     });
     let topics = topics_of(&group, named);
-    for (name, fetched) in committed_offsets(broker, principal, &group, topics).await {
-        let mut topic = OffsetFetchResponseTopic::default();
-        topic.name = TopicName(text(name));
-        for (index, offset, metadata, code) in fetched {
-            let mut partition = OffsetFetchResponsePartition::default();
-            partition.partition_index = index;
-            partition.committed_offset = offset;
-            partition.committed_leader_epoch = -1;
-            partition.metadata = metadata;
-            partition.error_code = code;
-            if code != NONE {
-                worst = code;
-            }
-            topic.partitions.push(partition);
-        }
-        response.topics.push(topic);
-    }
+    let fetched = committed_offsets(broker, principal, &group, topics).await;
+    response.topics = fetched_topics!(
+        OffsetFetchResponseTopic,
+        OffsetFetchResponsePartition,
+        fetched,
+        worst
+    );
     Answer::of(&response, version, worst)
 }
 
