@@ -454,7 +454,7 @@ async fn metadata(
                         .map(|index| {
                             let mut partition = MetadataResponsePartition::default();
                             partition.partition_index = index as i32;
-                            match leader(broker, &name, index) {
+                            match leader(broker, &response.brokers, &name, index) {
                                 Some(leader) => {
                                     partition.leader_id = BrokerId(leader);
                                     partition.replica_nodes = vec![BrokerId(leader)];
@@ -509,19 +509,24 @@ pub(super) fn brokers(broker: &Broker) -> Vec<MetadataResponseBroker> {
     brokers
 }
 
-/// The broker id of the node serving `topic`'s partition `index` now, if one does.
-fn leader(broker: &Broker, topic: &str, index: u32) -> Option<i32> {
+/// The broker id of the node serving `topic`'s partition `index` now, if one does and is
+/// among the `listed` brokers (those with a Kafka listener).
+fn leader(
+    broker: &Broker,
+    listed: &[MetadataResponseBroker],
+    topic: &str,
+    index: u32,
+) -> Option<i32> {
     let Some(cluster) = broker.log.cluster() else {
         return Some(broker.node_id);
     };
     let id = crate::names::PartitionId::new(topic, index).ok()?;
     let volume = crate::routing::volume_of(&id, cluster.volume_count());
-    let node = cluster.server_of(volume)?;
-    let with_listener = cluster
-        .kafka_brokers()
+    let leader = super::broker_id_of(&cluster.server_of(volume)?);
+    listed
         .iter()
-        .any(|(known, _)| *known == node);
-    (with_listener || node == cluster.node()).then(|| super::broker_id_of(&node))
+        .any(|known| known.node_id.0 == leader)
+        .then_some(leader)
 }
 
 /// A request's answer to come.
