@@ -16,6 +16,13 @@
 //!   first producer run wrote, against the bench's GETs of the same records in pages of 1,000,
 //!   one at a time on one connection (librdkafka keeps one Fetch in flight per broker, for
 //!   every partition it reads from it). One connection per partition is measured for context.
+//! - Groups: [`MEMBERS`] confluent-kafka consumers sharing a group (threads of one process,
+//!   `tests/kafka/bench_group.py`; the group committed offset 0 beforehand, as a group that
+//!   resumes has offsets) read the same records, from the first assignment to the last
+//!   record, against as many consumers `assign()`ed a partition each in the same way (the two
+//!   alternate too); and the time a group of
+//!   [`REBALANCE_MEMBERS`] takes to rebalance after one member leaves (every other member
+//!   assigned again and each with partitions reading), against its rebalance timeout.
 //! - The server's CPU per record (user and system, `/proc/PID/stat`, counted until it is idle
 //!   again after a run, so its indexer's work is in) of each.
 //!
@@ -44,6 +51,12 @@ pub const BATCH: u64 = 100;
 pub const PAGE: u64 = 1_000;
 /// `log.max_batch_size` of the server: the largest page a REST read may ask for.
 const MAX_BATCH_SIZE: u64 = PAGE;
+/// Members of the group that reads the records.
+pub const MEMBERS: u64 = 8;
+/// Members of the group that rebalances after one leaves.
+pub const REBALANCE_MEMBERS: u64 = 10;
+/// The rebalance timeout (`max.poll.interval.ms`) the rebalancing group's members join with.
+pub const REBALANCE_TIMEOUT_S: f64 = 10.0;
 /// librdkafka's `fetch.wait.max.ms` (its default): how long the consumer's last Fetch, sent
 /// once every partition is read to its end, waits on the server.
 pub const FETCH_WAIT_S: f64 = 0.5;
@@ -152,6 +165,13 @@ pub struct Kafka {
     pub pages: Runs,
     /// The same, one connection per partition.
     pub parallel_pages: Runs,
+    /// [`MEMBERS`] consumers of one group.
+    pub group_fetch: Runs,
+    /// [`MEMBERS`] consumers `assign()`ed a partition each, no group.
+    pub assigned_fetch: Runs,
+    /// Seconds a group of [`REBALANCE_MEMBERS`] took to rebalance after a member left, each
+    /// run.
+    pub rebalances: Vec<f64>,
     /// The machine's load average over 1 minute as the section began and as it ended.
     pub load: (f64, f64),
 }
@@ -204,7 +224,24 @@ pub fn run(binary: &Path, dir: &Path, payload: &str, records: u64) -> Kafka {
     let topic = "kafka-0";
     server.fetch(topic, records);
     for round in 0..3 {
-        let fetch = |section: &mut Kafka| section.fetch.0.push(server.fetch(topic, records));
+        let fetch = |section: &mut Kafka| {
+            section.fetch.0.push(server.fetch(topic, records));
+            let group = |section: &mut Kafka| {
+                let run = server.group_fetch("read", topic, records);
+                section.group_fetch.0.push(run);
+            };
+            let assigned = |section: &mut Kafka| {
+                let run = server.group_fetch("assigned", topic, records);
+                section.assigned_fetch.0.push(run);
+            };
+            if round % 2 == 0 {
+                group(section);
+                assigned(section);
+            } else {
+                assigned(section);
+                group(section);
+            }
+        };
         let pages = |section: &mut Kafka| {
             section.pages.0.push(server.pages(topic, records, 1));
             let run = server.pages(topic, records, PARTITIONS as usize);
@@ -219,6 +256,19 @@ pub fn run(binary: &Path, dir: &Path, payload: &str, records: u64) -> Kafka {
         }
     }
     report("confluent-kafka consumer", &section.fetch);
+    report(
+        "confluent-kafka consumers of one group",
+        &section.group_fetch,
+    );
+    report(
+        "confluent-kafka consumers assigned a partition each",
+        &section.assigned_fetch,
+    );
+    section.rebalances = (0..3).map(|_| server.rebalance(topic)).collect();
+    eprintln!(
+        "  a group of {REBALANCE_MEMBERS} rebalanced after a member left in {:?} s",
+        section.rebalances
+    );
     report("GETs of pages of 1,000, one connection", &section.pages);
     report(
         "GETs of pages of 1,000, one connection per partition",
@@ -432,8 +482,22 @@ impl Server {
     /// beginning of each partition: checks that it read each once, whole.
     fn fetch(&self, topic: &str, records: u64) -> Run {
         let (count, partitions) = (records.to_string(), PARTITIONS.to_string());
+        self.read_by("bench_fetch.py", &[topic, &count, &partitions], records)
+    }
+
+    /// [`MEMBERS`] confluent-kafka consumers reading the `records` records of `topic`, as a
+    /// new group (`how` is `read`) or assigned a partition each (`assigned`): checks that they
+    /// read each once, whole.
+    fn group_fetch(&self, how: &str, topic: &str, records: u64) -> Run {
+        let (count, members) = (records.to_string(), MEMBERS.to_string());
+        self.read_by("bench_group.py", &[how, topic, &count, &members], records)
+    }
+
+    /// The read of `records` records by the consumer program `script`, measured: checks from
+    /// its summary that it read each once, whole.
+    fn read_by(&self, script: &str, args: &[&str], records: u64) -> Run {
         self.measure(records, Some("Fetch"), || {
-            let summary = self.python("bench_fetch.py", &[topic, &count, &partitions]);
+            let summary = self.python(script, args);
             assert_eq!(
                 summary["records"], records,
                 "every record read once: {summary}"
@@ -449,6 +513,18 @@ impl Server {
                 0,
             )
         })
+    }
+
+    /// The seconds a group of [`REBALANCE_MEMBERS`] consumers of `topic` takes to rebalance
+    /// after one of them leaves.
+    fn rebalance(&self, topic: &str) -> f64 {
+        let members = REBALANCE_MEMBERS.to_string();
+        let summary = self.python("bench_group.py", &["rebalance", topic, &members]);
+        assert_eq!(
+            summary["rebalance_timeout_seconds"].as_f64(),
+            Some(REBALANCE_TIMEOUT_S)
+        );
+        summary["rebalance_seconds"].as_f64().unwrap()
     }
 
     /// Checks that each partition of `topic` holds its share of `records`.

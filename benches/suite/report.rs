@@ -908,7 +908,7 @@ impl Report {
         let Some(k) = &self.kafka else {
             return;
         };
-        use crate::kafka::{BATCH, FETCH_WAIT_S, PAGE, PARTITIONS};
+        use crate::kafka::{BATCH, FETCH_WAIT_S, PAGE, PARTITIONS, REBALANCE_TIMEOUT_S};
         let page = thousands(PAGE as f64);
         let _ = writeln!(md, "\n{KAFKA}\n");
         let _ = writeln!(
@@ -1030,6 +1030,32 @@ impl Report {
             range(&k.parallel_pages),
             k.load.0,
             k.load.1,
+        );
+        let _ = writeln!(
+            md,
+            "\nGroups: {} consumers of one group, threads of one Python process \
+             (`tests/kafka/bench_group.py read`), read the same records from the group's first \
+             assignment to the last record; the group committed offset 0 of every partition \
+             beforehand, as a group that resumes has offsets (without them librdkafka resets \
+             each partition's offset on a 100 ms timer after the assignment). Their baseline is \
+             as many consumers in the same process, each `assign()`ed a partition, each \
+             connected before the timing (`bench_group.py assigned`); the two alternate. \
+             Records/s of the three runs: the group {}, the assigned consumers {}. A group of \
+             {} consumers (`bench_group.py rebalance`, `max.poll.interval.ms` = \
+             `session.timeout.ms` = {REBALANCE_TIMEOUT_S} s, librdkafka's 3 s heartbeats) \
+             rebalanced after one member left (LeaveGroup) in {} s: every other member had \
+             its new assignment and each with partitions had read a record of it. The members \
+             learn of the rebalance from their next heartbeat, so the heartbeat interval is \
+             most of that time.",
+            crate::kafka::MEMBERS,
+            range(&k.group_fetch),
+            range(&k.assigned_fetch),
+            crate::kafka::REBALANCE_MEMBERS,
+            k.rebalances
+                .iter()
+                .map(|seconds| format!("{seconds:.1}"))
+                .collect::<Vec<_>>()
+                .join(", "),
         );
     }
 
@@ -1958,6 +1984,9 @@ fn kafka_rows(k: &crate::kafka::Kafka) -> Vec<Compared> {
         k.sequential_posts.median().records_per_second,
     );
     let fetch = k.fetch.median().records_per_second;
+    let group_fetch = k.group_fetch.median().records_per_second;
+    let assigned_fetch = k.assigned_fetch.median().records_per_second;
+    let rebalance = k.rebalances.iter().copied().fold(0.0, f64::max);
     let (pages, parallel) = (
         k.pages.median().records_per_second,
         k.parallel_pages.median().records_per_second,
@@ -2031,6 +2060,48 @@ fn kafka_rows(k: &crate::kafka::Kafka) -> Vec<Compared> {
             goal: None,
         },
         Compared {
+            figure: format!(
+                "{} confluent-kafka consumers of one group: the same {records} records, from the \
+                 first assignment",
+                crate::kafka::MEMBERS
+            ),
+            value: group_fetch,
+            baseline: assigned_fetch,
+            baseline_is: "as many consumers, a partition `assign()`ed to each, no group",
+            unit: "records/s",
+            goal: Some((
+                "≥ 0.9× baseline".into(),
+                group_fetch >= 0.9 * assigned_fetch,
+            )),
+        },
+        Compared {
+            figure: format!(
+                "{} confluent-kafka consumers of one group: the same {records} records, from the \
+                 first assignment",
+                crate::kafka::MEMBERS
+            ),
+            value: group_fetch,
+            baseline: fetch,
+            baseline_is: "the one confluent-kafka consumer above, every partition `assign()`ed",
+            unit: "records/s",
+            goal: None,
+        },
+        Compared {
+            figure: format!(
+                "a group of {} confluent-kafka consumers after one leaves: every other member \
+                 assigned again and reading (the slowest of three)",
+                crate::kafka::REBALANCE_MEMBERS
+            ),
+            value: rebalance,
+            baseline: crate::kafka::REBALANCE_TIMEOUT_S,
+            baseline_is: "the rebalance timeout (`max.poll.interval.ms`)",
+            unit: "s",
+            goal: Some((
+                "≤ baseline + 1 s".into(),
+                rebalance <= crate::kafka::REBALANCE_TIMEOUT_S + 1.0,
+            )),
+        },
+        Compared {
             figure: "server CPU per record fetched by the confluent-kafka consumer".into(),
             value: fetch_cpu,
             baseline: pages_cpu,
@@ -2073,6 +2144,9 @@ fn kafka_json(k: &crate::kafka::Kafka) -> serde_json::Value {
         "posts": runs(&k.posts),
         "sequential_posts": runs(&k.sequential_posts),
         "fetch": runs(&k.fetch),
+        "group_fetch": runs(&k.group_fetch),
+        "assigned_fetch": runs(&k.assigned_fetch),
+        "rebalance_seconds": k.rebalances,
         "pages": runs(&k.pages),
         "parallel_pages": runs(&k.parallel_pages),
         "rows": kafka_rows(k).iter().map(|row| json!({
