@@ -392,10 +392,10 @@ fn an_embedded_node_seeks_a_cursor_on_a_partition_another_node_holds() {
         request(b.addr(), "GET", &path, None).expect("b's GET"),
         (200, json!({"cursor": null}))
     );
+    application.join().expect("the application ends");
     assert!(
         !crate::common::stored_partitions(dir.path()).contains(&(TOPIC.to_owned(), partition)),
         "the embedded node stored nothing of b's partition"
     );
-    application.join().expect("the application ends");
     drop(b);
 }

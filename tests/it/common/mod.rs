@@ -297,9 +297,11 @@ pub fn stored_partitions(data_dir: &std::path::Path) -> std::collections::BTreeS
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
         )
         .expect("open a volume");
-        let mut statement = conn
-            .prepare("SELECT topic, partition FROM partitions")
-            .expect("the catalog");
+        // A file whose schema was never written (a take of the volume cut short, or under way)
+        // stores no partition.
+        let Ok(mut statement) = conn.prepare("SELECT topic, partition FROM partitions") else {
+            continue;
+        };
         let rows = statement
             .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
             .expect("read the catalog");
