@@ -8,18 +8,17 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use durability::cold::S3Settings;
-use durability::config::{ColdKind, ReplicationKind};
 use durability::log::{Committed, MAX_CURSOR_METADATA_BYTES};
-use durability::{Config, ErrorCode, Log};
+use durability::{ErrorCode, Log};
 use serde_json::{Value, json};
 
 use crate::common::cluster::{
-    LEASE_TTL_MS, Node, PARTITIONS, TOPIC, VOLUMES, append, free_port, one_cluster_at_a_time,
-    owners, start_etcd, volume_of, wait_for_balance,
+    Node, PARTITIONS, TOPIC, append, free_port, one_cluster_at_a_time, owners, start_etcd,
+    volume_of, wait_for_balance,
 };
 use crate::common::process::request;
 use crate::common::{TestLog, TestServer, block_on, fresh_s3_bucket};
+use crate::embedded_cluster::embedded_config;
 
 const CURSOR: &str = "/topics/events/partitions/0/cursors/billing";
 
@@ -232,35 +231,6 @@ async fn the_log_seeks_and_answers_the_committed_position() {
     t.log.shutdown().await.unwrap();
 }
 
-/// The settings of node `node` of a cluster embedded in an application (as in
-/// `embedded_cluster.rs`): its data in `data_dir`, the bucket `s3`, etcd at `etcd`, reached by
-/// the other nodes at `addr`.
-fn embedded_config(
-    data_dir: &std::path::Path,
-    s3: &S3Settings,
-    etcd: &str,
-    node: &str,
-    addr: SocketAddr,
-) -> Config {
-    let mut config = Config::default();
-    config.storage.data_dir = data_dir.to_owned();
-    config.cold.kind = ColdKind::S3;
-    config.cold.s3_endpoint.clone_from(&s3.endpoint);
-    config.cold.s3_bucket.clone_from(&s3.bucket);
-    config.cold.s3_region.clone_from(&s3.region);
-    config.cold.s3_access_key.clone_from(&s3.access_key);
-    config.cold.s3_secret_key.clone_from(&s3.secret_key);
-    config.cold.s3_path_style = true;
-    config.replication.kind = ReplicationKind::S3;
-    config.replication.node_id = node.to_owned();
-    config.replication.put_retry_ms = 2000;
-    config.cluster.etcd_endpoints = etcd.to_owned();
-    config.cluster.advertise_url = format!("http://{addr}");
-    config.cluster.lease_ttl_ms = LEASE_TTL_MS;
-    config.cluster.volumes = VOLUMES.parse().expect("a count");
-    config
-}
-
 /// What the embedded node's typed calls answered, in order.
 #[derive(Debug)]
 struct Answers {
@@ -289,7 +259,7 @@ fn an_embedded_node_seeks_a_cursor_on_a_partition_another_node_holds() {
     let addr: SocketAddr = format!("127.0.0.1:{}", free_port())
         .parse()
         .expect("an address");
-    let config = embedded_config(dir.path(), &s3, &etcd.endpoint, "a", addr);
+    let config = embedded_config(dir.path(), &s3, &s3.endpoint, &etcd.endpoint, "a", addr);
     let (go, going) = tokio::sync::oneshot::channel::<(u32, SocketAddr)>();
     let (answers, answered) = mpsc::channel();
     let application = thread::spawn(move || {

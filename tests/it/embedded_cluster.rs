@@ -26,7 +26,7 @@ use crate::common::{block_on, fresh_s3_bucket};
 
 /// The settings of node `node` embedded in an application: its data in `data_dir`, the bucket
 /// of `s3` reached at `endpoint`, etcd at `etcd`, and reached by the other nodes at `addr`.
-fn embedded_config(
+pub(crate) fn embedded_config(
     data_dir: &std::path::Path,
     s3: &S3Settings,
     endpoint: &str,
