@@ -188,20 +188,8 @@ impl Log {
         group: &str,
         offset: u64,
     ) -> Result<u64, Error> {
-        let id = self.group_partition(topic, partition, group)?;
-        let commit = partition::Commit {
-            group: group.to_owned(),
-            offset,
-        };
-        // A partition never written can only take a commit of 0 (its next offset); only that
-        // commit creates it.
-        match self.call_existing(&id, commit.clone()).await? {
-            Some(cursor) => Ok(cursor),
-            None => {
-                check_offset(offset, 0)?;
-                self.call_creating(&id, commit).await
-            }
-        }
+        self.commit_with(topic, partition, group, offset, None)
+            .await
     }
 
     /// [`commit`](Self::commit), keeping `metadata` with the cursor when the commit moves it:
@@ -225,7 +213,8 @@ impl Log {
             offset,
             metadata: metadata.map(str::to_owned),
         };
-        // As `commit`: only a commit of 0 creates a partition never written.
+        // A partition never written can only take a commit of 0 (its next offset); only that
+        // commit creates it.
         match self.call_existing(&id, commit.clone()).await? {
             Some(cursor) => Ok(cursor),
             None => {
