@@ -727,6 +727,151 @@ impl From<PartitionDetail> for crate::log::PartitionDetail {
     }
 }
 
+/// `200` of `GET /topics/{topic}/groups`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TopicGroups {
+    /// The topic's name.
+    pub topic: String,
+    /// Where its leases send the ranges past `maxAttempts` (`leases.dead_letter_topic`), if
+    /// anywhere.
+    pub dead_letter_topic: Option<String>,
+    /// The time between two samples of a `history`, in ms (`metrics.lag_sample_ms`; 0: no
+    /// history is kept).
+    pub sample_interval_ms: u64,
+    /// Every group with a cursor or a lease on a partition of the topic, by name.
+    pub groups: Vec<GroupSummary>,
+}
+
+/// One group in `GET /topics/{topic}/groups`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GroupSummary {
+    /// The group's name.
+    pub group: String,
+    /// Its lag summed over its partitions.
+    pub lag: u64,
+    /// Each partition it has a cursor or a lease on, in order.
+    pub partitions: Vec<GroupPartition>,
+}
+
+/// A group's position on one partition, in `GET /topics/{topic}/groups`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupPartition {
+    /// The partition.
+    pub partition: u32,
+    /// The group's cursor; `null` for a group that leases without having committed.
+    pub cursor: Option<u64>,
+    /// The partition's next offset.
+    pub next_offset: u64,
+    /// Records between the group's position (its cursor, or else the first offset it leased)
+    /// and `nextOffset`.
+    pub lag: u64,
+    /// Its lease rows per state; absent for a group with none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leases: Option<BTreeMap<String, u64>>,
+    /// Its lag over time; absent when the topic is past the history's bound
+    /// (`metrics.max_topics`) or no sample was taken yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<LagHistoryJson>,
+}
+
+/// A group's lag on a partition over time.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct LagHistoryJson {
+    /// When the last sample was taken, in ms since the Unix epoch.
+    pub until: i64,
+    /// The samples, oldest first, one per `sampleIntervalMs`.
+    pub lags: Vec<u64>,
+}
+
+impl GroupPartition {
+    fn of(group: &crate::log::GroupOnPartition) -> Self {
+        let position = &group.position;
+        let leases = position.leases.map(|counts| {
+            LeaseState::ALL
+                .iter()
+                .zip(counts)
+                .map(|(state, count)| (state.as_str().to_owned(), count))
+                .collect()
+        });
+        Self {
+            partition: group.partition,
+            cursor: position.cursor,
+            next_offset: group.next_offset,
+            lag: position.lag,
+            leases,
+            history: group.history.as_ref().map(|history| LagHistoryJson {
+                until: history.until_ms,
+                lags: history.lags.clone(),
+            }),
+        }
+    }
+}
+
+impl TopicGroups {
+    /// The answer for `topic` from its groups' positions, ordered by partition.
+    pub fn of(
+        topic: String,
+        dead_letter_topic: Option<String>,
+        sample_interval_ms: u64,
+        positions: &[crate::log::GroupOnPartition],
+    ) -> Self {
+        let mut groups: BTreeMap<&str, GroupSummary> = BTreeMap::new();
+        for position in positions {
+            let name = position.position.group.as_str();
+            let group = groups.entry(name).or_insert_with(|| GroupSummary {
+                group: name.to_owned(),
+                lag: 0,
+                partitions: Vec::new(),
+            });
+            group.lag += position.position.lag;
+            group.partitions.push(GroupPartition::of(position));
+        }
+        Self {
+            topic,
+            dead_letter_topic,
+            sample_interval_ms,
+            groups: groups.into_values().collect(),
+        }
+    }
+
+    /// The positions it shows, ordered by partition (what a node reads of another's answer).
+    pub fn positions(self) -> Vec<crate::log::GroupOnPartition> {
+        let mut positions: Vec<crate::log::GroupOnPartition> = self
+            .groups
+            .into_iter()
+            .flat_map(|group| {
+                let name = group.group;
+                group.partitions.into_iter().map(move |partition| {
+                    let leases = partition.leases.map(|counts| {
+                        LeaseState::ALL
+                            .map(|state| counts.get(state.as_str()).copied().unwrap_or(0))
+                    });
+                    crate::log::GroupOnPartition {
+                        partition: partition.partition,
+                        next_offset: partition.next_offset,
+                        position: crate::log::GroupPosition {
+                            group: name.clone(),
+                            cursor: partition.cursor,
+                            lag: partition.lag,
+                            leases,
+                        },
+                        history: partition.history.map(|history| crate::log::LagSamples {
+                            until_ms: history.until,
+                            lags: history.lags,
+                        }),
+                    }
+                })
+            })
+            .collect();
+        positions.sort_by(|a, b| {
+            (a.partition, &a.position.group).cmp(&(b.partition, &b.position.group))
+        });
+        positions
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Request bodies the server reads and clients write, and answers only clients read
 // (`crate::client`): defined here so that the two sides cannot drift.
@@ -1096,6 +1241,52 @@ pub struct ForgetBody {
     /// Forget the cold segments that end below this offset.
     #[schema(value_type = i64, minimum = 0)]
     pub before: Integer,
+}
+
+/// The body of `POST /topics/{topic}/partitions/{partition}/redrive`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveBody {
+    /// The offsets of the letters to redrive, 1 to 1000, in the dead-letter partition.
+    #[schema(value_type = Vec<i64>, min_items = 1, max_items = 1000)]
+    pub offsets: Vec<Integer>,
+}
+
+/// `200` of `POST /topics/{topic}/partitions/{partition}/redrive`.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct RedriveAnswer {
+    /// One entry per offset asked, in order.
+    pub redriven: Vec<RedrivenLetter>,
+}
+
+/// A letter appended back to its source partition.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RedrivenLetter {
+    /// The letter's offset in the dead-letter partition.
+    pub offset: u64,
+    /// Its source topic.
+    pub topic: String,
+    /// Its source partition.
+    pub partition: u32,
+    /// The offset it had in its source partition when it was sent to the dead-letter topic.
+    pub source_offset: u64,
+    /// Its offset in its source partition now: the same for every redrive of the letter
+    /// while the first copy is in the source's hot window (it is appended once).
+    pub appended_offset: u64,
+}
+
+impl From<crate::log::Redriven> for RedrivenLetter {
+    fn from(redriven: crate::log::Redriven) -> Self {
+        let letter = redriven.letter;
+        Self {
+            offset: letter.offset,
+            topic: letter.source.topic().to_owned(),
+            partition: letter.source.index(),
+            source_offset: letter.source_offset,
+            appended_offset: redriven.appended_offset,
+        }
+    }
 }
 
 /// `200` of `POST /topics/{topic}/partitions/{partition}/cold/forget`.

@@ -19,7 +19,8 @@ use crate::config::ClusterSettings;
 use crate::error::ErrorCode;
 use crate::load::LoadSnapshot;
 use crate::log::{
-    Bounds, Committed, Lease, NewRecord, Page, PartitionDetail, TopicInfo, TopicsPage,
+    Bounds, Committed, GroupOnPartition, Lease, NewRecord, Page, PartitionDetail, TopicInfo,
+    TopicsPage,
 };
 use crate::wire;
 
@@ -181,6 +182,11 @@ pub trait Peers: Send + Sync {
         node: &'a str,
         topic: &'a str,
     ) -> PeerFuture<'a, Vec<PartitionDetail>>;
+
+    /// Every group's position on the partitions of `topic` the node holds, with their lag
+    /// history (see [`Log::group_summary`](crate::Log::group_summary)).
+    fn groups<'a>(&'a self, node: &'a str, topic: &'a str)
+    -> PeerFuture<'a, Vec<GroupOnPartition>>;
 
     /// A page of the topics of the volumes the node holds (see
     /// [`Log::topics_page`](crate::Log::topics_page)).
@@ -550,6 +556,18 @@ impl Peers for HttpPeers {
                 .into_iter()
                 .map(PartitionDetail::from)
                 .collect())
+        })
+    }
+
+    fn groups<'a>(
+        &'a self,
+        node: &'a str,
+        topic: &'a str,
+    ) -> PeerFuture<'a, Vec<GroupOnPartition>> {
+        Box::pin(async move {
+            let request = self.get(node, &format!("/topics/{topic}/groups"));
+            let groups: wire::TopicGroups = self.call(node, request, 200).await?;
+            Ok(groups.positions())
         })
     }
 

@@ -124,4 +124,8 @@ pub struct MetricsSettings {
     /// Topics with series of their own, the first seen since the server started; the counts
     /// of later ones are summed under `topic="(other)"`. Default: 1,000.
     pub max_topics: usize,
+    /// How often the groups of those topics have their lag sampled for the lag history
+    /// ([`LAG_SAMPLES`](crate::log::LAG_SAMPLES) kept); 0: no history. Default: 20,000 (the
+    /// last hour).
+    pub lag_sample_ms: u64,
 }

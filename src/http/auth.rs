@@ -68,6 +68,22 @@ impl Caller {
     }
 }
 
+impl Caller {
+    /// `403 forbidden` unless the caller may do `permission` on `topic`: for an operation
+    /// that reaches topics besides its path's (a redrive appends to the letters' sources).
+    pub fn check(&self, permission: Permission, topic: &str) -> Result<(), ApiError> {
+        let allowed = self
+            .0
+            .as_ref()
+            .is_none_or(|principal| principal.may(permission, Some(topic)));
+        if allowed {
+            Ok(())
+        } else {
+            Err(ApiError::forbidden(permission, &format!("topic {topic:?}")))
+        }
+    }
+}
+
 impl FromRequest for Caller {
     type Error = actix_web::Error;
     type Future = std::future::Ready<Result<Self, Self::Error>>;

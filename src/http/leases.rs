@@ -1,13 +1,18 @@
 //! Leases: claim a range (per partition, or on any partition of a topic), ack, nack, extend,
-//! list.
+//! list; and the redrive of dead letters back to their sources.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 
+use super::auth::Caller;
 use super::error::ErrorBody;
 use super::params;
-use super::request::{Query, optional_json_body, partition};
+use super::request::{Query, json_body, offset, optional_json_body, partition};
 use super::{ApiError, HttpState};
-use crate::wire::{AckedCursor, Extended, Lease, LeaseRow, Leases, NackBody, PartitionLease};
+use crate::auth::Permission;
+use crate::wire::{
+    AckedCursor, Extended, Lease, LeaseRow, Leases, NackBody, PartitionLease, RedriveAnswer,
+    RedriveBody, RedrivenLetter,
+};
 
 /// `POST /topics/{topic}/partitions/{partition}/groups/{group}/leases?limit=`: `200` with the
 /// range, or `204` when nothing is available now.
@@ -206,4 +211,55 @@ pub async fn list(
     let rows = state.log.leases(&topic, partition(&index)?, &group).await?;
     let leases = rows.into_iter().map(LeaseRow::from).collect();
     Ok(HttpResponse::Ok().json(Leases { leases }))
+}
+
+/// `POST /topics/{topic}/partitions/{partition}/redrive` with `{"offsets": [...]}`: the letters
+/// at those offsets of a dead-letter partition appended back to their sources.
+#[utoipa::path(
+    post,
+    path = "/topics/{topic}/partitions/{partition}/redrive",
+    tag = "leases",
+    operation_id = "redriveLetters",
+    summary = "Append dead letters back to their sources",
+    description = "`topic` is a dead-letter topic. Each letter (a record there, whose \
+        deduplication key `{topic}:{partition}:{offset}` names where it came from) has its \
+        payload and headers appended to its source partition with the \
+        deduplication key `redrive:{dead-letter topic}:{partition}:{offset}`, so redriving a \
+        letter again appends nothing while the first copy is in the source's hot window (the \
+        answer repeats its offset). Every letter is read and checked, and the caller's \
+        `produce` permission on each source (`403 forbidden` without it), before anything is \
+        appended; the letters of one source partition are one atomic batch.",
+    request_body = RedriveBody,
+    params(params::PartitionPath),
+    responses(
+        (status = 200, description = "Each letter and where it is in its source now, in the order asked", body = RedriveAnswer),
+        (status = 400, description = "`invalid_request` (no offsets or more than 1000, an offset that holds no letter, a source that refused the records), `invalid_offset` (past the partition's end) or `invalid_name`", body = ErrorBody),
+        (status = 404, description = "`unknown_partition`", body = ErrorBody),
+        (status = 413, description = "`payload_too_large`", body = ErrorBody),
+        (status = 503, description = "`unavailable`: the letters may or may not have been appended (a retry appends each once)", body = ErrorBody),
+    )
+)]
+pub async fn redrive(
+    state: web::Data<HttpState>,
+    path: web::Path<(String, String)>,
+    body: web::Payload,
+    caller: Caller,
+) -> Result<HttpResponse, ApiError> {
+    let (topic, index) = path.into_inner();
+    let index = partition(&index)?;
+    state.log.partitions(&topic)?;
+    let body: RedriveBody = json_body(body, state.body_limits()).await?;
+    let offsets = body
+        .offsets
+        .iter()
+        .map(|asked| offset(asked.0))
+        .collect::<Result<Vec<u64>, ApiError>>()?;
+    let letters = state.log.letters(&topic, index, &offsets).await?;
+    for letter in &letters {
+        caller.check(Permission::Produce, letter.source.topic())?;
+    }
+    let redriven = state.log.redrive(letters).await?;
+    Ok(HttpResponse::Ok().json(RedriveAnswer {
+        redriven: redriven.into_iter().map(RedrivenLetter::from).collect(),
+    }))
 }

@@ -44,6 +44,7 @@ macro_rules! api_routes {
             "/openapi.json" => get openapi::openapi as signed;
             "/topics" => get operations::topics as signed;
             "/topics/{topic}" => get operations::topic as consume;
+            "/topics/{topic}/groups" => get operations::groups as consume;
             "/topics/{topic}/groups/{group}/poll" => get consume::poll as consume;
             "/topics/{topic}/groups/{group}/commit" => post consume::commit as consume;
             "/topics/{topic}/partitions/{partition}/cursors" => get consume::cursors as consume;
@@ -59,6 +60,7 @@ macro_rules! api_routes {
                 post leases::nack as consume;
             "/topics/{topic}/partitions/{partition}/groups/{group}/leases/{batchId}/extend" =>
                 post leases::extend as consume;
+            "/topics/{topic}/partitions/{partition}/redrive" => post leases::redrive as consume;
             "/topics/{topic}/partitions/{partition}/bounds" => get operations::bounds as consume;
             "/topics/{topic}/partitions/{partition}/load" => get operations::load as consume;
             "/topics/{topic}/partitions/{partition}/trim" => post operations::trim as admin;

@@ -1,4 +1,4 @@
-//! Operations: bounds, load, trim, cold forget, topics, health.
+//! Operations: bounds, load, trim, cold forget, topics, a topic's groups, health.
 
 use actix_web::{HttpRequest, HttpResponse, web};
 use serde::Serialize;
@@ -11,7 +11,8 @@ use super::params;
 use super::request::{Query, json_body, offset, partition};
 use super::{ApiError, HttpState};
 use crate::wire::{
-    Bounds, ForgetBody, Forgotten, PartitionDetail, TopicDetail, TopicSummary, Topics, Trimmed,
+    Bounds, ForgetBody, Forgotten, PartitionDetail, TopicDetail, TopicGroups, TopicSummary, Topics,
+    Trimmed,
 };
 
 /// `200` of `GET /healthz`.
@@ -245,4 +246,45 @@ pub async fn topic(
         name: topic.into_inner(),
         partitions: details.into_iter().map(PartitionDetail::from).collect(),
     }))
+}
+
+/// `GET /topics/{topic}/groups`: every group of the topic, per partition, with its lag history.
+#[utoipa::path(
+    get,
+    path = "/topics/{topic}/groups",
+    tag = "operations",
+    operation_id = "getTopicGroups",
+    summary = "A topic's groups: cursor, lag and lag history per partition",
+    description = "Every group with a cursor or a lease on a partition of the topic, by name, \
+        and for each partition its cursor, the partition's next offset, its lag and lease \
+        counts, and its lag over time: one sample per `sampleIntervalMs` \
+        (`metrics.lag_sample_ms`), the last 180 kept, for the groups of the first \
+        `metrics.max_topics` topics sampled on the node holding the partition (others have no \
+        `history`). A partition that closed keeps its last lag in each sample. \
+        `deadLetterTopic` is where the topic's leases send the ranges past `maxAttempts`.",
+    params(params::TopicPath),
+    responses(
+        (status = 200, description = "The topic's groups, by name", body = TopicGroups),
+        (status = 400, description = "`invalid_name`", body = ErrorBody),
+        (status = 503, description = "`unavailable`", body = ErrorBody),
+    )
+)]
+pub async fn groups(
+    state: web::Data<HttpState>,
+    topic: web::Path<String>,
+    request: HttpRequest,
+) -> Result<HttpResponse, ApiError> {
+    // A node of the cluster answers for the partitions held here only.
+    let positions = if forwarded(&request) {
+        state.log.group_summary_held(&topic).await?
+    } else {
+        state.log.group_summary(&topic).await?
+    };
+    let config = state.log.config();
+    let leases = config.topic_leases(&topic);
+    let dead_letter_topic = (leases.enabled && !leases.dead_letter_topic.is_empty())
+        .then(|| leases.dead_letter_topic.clone());
+    let interval = config.metrics.lag_sample_ms;
+    let answer = TopicGroups::of(topic.into_inner(), dead_letter_topic, interval, &positions);
+    Ok(HttpResponse::Ok().json(answer))
 }

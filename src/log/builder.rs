@@ -2,10 +2,12 @@
 //! destination.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use actix::{Actor, AsyncContext};
 
 use super::dead_letter::DeadLetterTopic;
+use super::lag_history::LagHistory;
 use super::long_poll::WaitsReleased;
 use super::{Inner, Log};
 use crate::clock::Clock;
@@ -166,6 +168,7 @@ impl LogBuilder {
         let counters = Arc::new(PartitionCounters::default());
         let addresses = Arc::new(Addresses::default());
         let waits_released = Arc::new(WaitsReleased::default());
+        let lag_history = Arc::new(LagHistory::new(config.metrics.max_topics));
         let credentials = {
             let (auth, token) = (config.auth.clone(), config.server.auth_token.clone());
             let file = (!auth.tokens_file.as_os_str().is_empty()).then(|| auth.tokens_file.clone());
@@ -192,6 +195,7 @@ impl LogBuilder {
                     peers: peers.clone(),
                     node_client: node_client.clone(),
                     credentials: credentials.clone(),
+                    lag_history: lag_history.clone(),
                 }),
             };
             let dead_letter_for: DeadLetterFor = Arc::new(move |topic| match &custom {
@@ -247,7 +251,7 @@ impl LogBuilder {
                 close_volume,
             );
         }
-        Ok(Log {
+        let log = Log {
             inner: Arc::new(Inner {
                 config,
                 registry,
@@ -263,7 +267,16 @@ impl LogBuilder {
                 peers,
                 node_client,
                 credentials,
+                lag_history,
             }),
-        })
+        };
+        let sample_every = log.inner.config.metrics.lag_sample_ms;
+        if sample_every > 0 {
+            actix::spawn(super::lag_history::sample(
+                Arc::downgrade(&log.inner),
+                Duration::from_millis(sample_every),
+            ));
+        }
+        Ok(log)
     }
 }

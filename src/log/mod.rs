@@ -13,6 +13,7 @@ mod builder;
 mod consume;
 mod dead_letter;
 mod heal;
+mod lag_history;
 mod leases;
 mod long_poll;
 mod operations;
@@ -30,8 +31,10 @@ pub use crate::store::{
     Payload, Record, ReplicaCounters, ScrubCounters, StoreError, unsigned_offset,
 };
 pub use builder::LogBuilder;
+pub use dead_letter::{Letter, MAX_REDRIVE, Redriven};
+pub use lag_history::{LAG_SAMPLES, LagHistoryUsage, LagSamples};
 pub use operations::{
-    DEFAULT_TOPICS_PAGE, MAX_TOPICS_PAGE, PartitionDetail, TopicInfo, TopicsPage,
+    DEFAULT_TOPICS_PAGE, GroupOnPartition, MAX_TOPICS_PAGE, PartitionDetail, TopicInfo, TopicsPage,
 };
 pub use produce::{Event, EventBatch, EventBatches, EventsOutcome, Submitted};
 
@@ -82,6 +85,8 @@ struct Inner {
     node_client: Option<NodeClient>,
     /// Who may call the front ends, and what (`[auth]`, `server.auth_token`).
     credentials: Arc<crate::auth::Live>,
+    /// The groups' recent lag, sampled every `metrics.lag_sample_ms`.
+    lag_history: Arc<lag_history::LagHistory>,
 }
 
 impl std::fmt::Debug for Log {
@@ -351,6 +356,11 @@ impl Log {
     /// What the background scrub of the volumes did since the log opened.
     pub fn scrub_counters(&self) -> Arc<ScrubCounters> {
         self.inner.volumes.scrub_counters()
+    }
+
+    /// What the groups' lag history holds now (see [`LAG_SAMPLES`]).
+    pub fn lag_history_usage(&self) -> LagHistoryUsage {
+        self.inner.lag_history.usage()
     }
 
     /// The log's clock (append times are read from it), in ms since the Unix epoch.

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use super::lag_history::LagSamples;
 use super::{Log, Way};
 use crate::error::Error;
 use crate::load::{LoadObserver, LoadSnapshot};
@@ -20,6 +21,20 @@ pub struct PartitionDetail {
     pub cursors: BTreeMap<String, u64>,
     /// Records not yet processed by its slowest group.
     pub pending_deliveries: u64,
+}
+
+/// A group's position on one partition, as [`Log::group_summary`] answers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupOnPartition {
+    /// The partition.
+    pub partition: u32,
+    /// The partition's next offset when it was read.
+    pub next_offset: u64,
+    /// The group, its cursor, lag and lease counts.
+    pub position: GroupPosition,
+    /// Its lag over time, when its topic is among those with a history (see
+    /// [`LAG_SAMPLES`](super::LAG_SAMPLES)).
+    pub history: Option<LagSamples>,
 }
 
 /// A topic that has at least one written partition.
@@ -286,6 +301,79 @@ impl Log {
                 as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
         };
         spread.describe(topic, count, here).await
+    }
+
+    /// Every group of `topic` on every partition it has a cursor or a lease on: position, lag,
+    /// lease counts and lag history, ordered by partition, then group. In a cluster, each
+    /// partition is read on the node holding it, which keeps its history.
+    ///
+    /// # Errors
+    /// Name errors; `unavailable`.
+    pub async fn group_summary(&self, topic: &str) -> Result<Vec<GroupOnPartition>, Error> {
+        let count = self.partitions(topic)?;
+        let Some(spread) = self.spread() else {
+            let partitions: Vec<u32> = (0..count).collect();
+            return self.groups_of_partitions(topic, &partitions).await;
+        };
+        let here = |held: Vec<u32>| {
+            Box::pin(async move { self.groups_of_partitions(topic, &held).await })
+                as std::pin::Pin<Box<dyn std::future::Future<Output = _> + Send>>
+        };
+        spread.groups(topic, count, here).await
+    }
+
+    /// [`group_summary`](Self::group_summary) of the partitions this node holds only: what a
+    /// cluster's node answers another.
+    ///
+    /// # Errors
+    /// As [`group_summary`](Self::group_summary).
+    pub(crate) async fn group_summary_held(
+        &self,
+        topic: &str,
+    ) -> Result<Vec<GroupOnPartition>, Error> {
+        let held = self.held_partitions(topic)?;
+        self.groups_of_partitions(topic, &held).await
+    }
+
+    async fn groups_of_partitions(
+        &self,
+        topic: &str,
+        partitions: &[u32],
+    ) -> Result<Vec<GroupOnPartition>, Error> {
+        let mut groups = Vec::new();
+        for &partition in partitions {
+            let id = self.partition(topic, partition)?;
+            let Some(mut positions) = self.call_existing(&id, partition::ListGroups).await? else {
+                continue;
+            };
+            if positions.is_empty() {
+                continue;
+            }
+            positions.sort_by(|a, b| a.group.cmp(&b.group));
+            let next_offset = self.bounds(topic, partition).await?.next_offset;
+            groups.extend(positions.into_iter().map(|position| GroupOnPartition {
+                partition,
+                next_offset,
+                history: self.inner.lag_history.of(&id, &position.group),
+                position,
+            }));
+        }
+        Ok(groups)
+    }
+
+    /// Takes one sample of the lag history (see [`lag_history`](super::lag_history)).
+    pub(super) async fn sample_lag(&self) {
+        let history = self.inner.lag_history.clone();
+        match self
+            .open_group_positions(move |topic| history.wants(topic))
+            .await
+        {
+            Ok(sampled) => {
+                let held = |id: &PartitionId| self.spread().is_none_or(|spread| spread.is_here(id));
+                self.inner.lag_history.record(self.now_ms(), sampled, held);
+            }
+            Err(err) => log::warn!("sampling the groups' lag: {err}"),
+        }
     }
 
     /// [`describe_topic`](Self::describe_topic) of the partitions this node holds only: what

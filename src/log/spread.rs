@@ -29,7 +29,7 @@ use crate::names::PartitionId;
 use crate::partition::Appended;
 use crate::store::{AppendOutcome, Bounds, Committed, Lease, NewRecord, Page, check_offset};
 
-use super::{PartitionDetail, TopicsPage};
+use super::{GroupOnPartition, PartitionDetail, TopicsPage};
 
 /// Where a partition is served from, as this node sees it.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -78,6 +78,15 @@ impl Placement for Cluster {
 pub(crate) struct Spread<'a> {
     pub placement: &'a dyn Placement,
     pub peers: &'a dyn Peers,
+}
+
+/// What a node answers for the partitions it holds, in [`Spread::gather`].
+#[derive(Debug, Clone, Copy)]
+enum Answers {
+    /// One item for each, in order.
+    Each,
+    /// Items for some of them, in order.
+    Some,
 }
 
 /// What an operation on the partitions held here answers.
@@ -302,27 +311,74 @@ impl Spread<'_> {
         partitions: u32,
         here: &impl Fn(Vec<u32>) -> Here<'h, Vec<PartitionDetail>>,
     ) -> Result<Vec<PartitionDetail>, Error> {
+        let remote = |node: String| async move { self.peers.describe(&node, topic).await };
+        let answered = |detail: &PartitionDetail| detail.partition;
+        self.gather(topic, partitions, here, remote, answered, Answers::Each)
+            .await
+    }
+
+    /// Every group's position on every partition `0..partitions` of `topic`, read where each
+    /// partition is held (`here`: the partitions held here), ordered by partition.
+    pub async fn groups<'h>(
+        &self,
+        topic: &str,
+        partitions: u32,
+        here: impl Fn(Vec<u32>) -> Here<'h, Vec<GroupOnPartition>>,
+    ) -> Result<Vec<GroupOnPartition>, Error> {
+        let remote = |node: String| async move { self.peers.groups(&node, topic).await };
+        let answered = |group: &GroupOnPartition| group.partition;
+        self.once_more_if_moved(|_| {
+            self.gather(topic, partitions, &here, remote, answered, Answers::Some)
+        })
+        .await
+    }
+
+    /// What partitions `0..partitions` of `topic` answer where they are held (`here`, or
+    /// `remote` of the node holding them), ordered by partition; a node that answered for a
+    /// partition it was not asked for (or, with [`Answers::Each`], did not answer one) no
+    /// longer holds what this node believes.
+    async fn gather<'h, T, F>(
+        &self,
+        topic: &str,
+        partitions: u32,
+        here: &impl Fn(Vec<u32>) -> Here<'h, Vec<T>>,
+        remote: impl Fn(String) -> F,
+        answered: impl Fn(&T) -> u32,
+        answers: Answers,
+    ) -> Result<Vec<T>, Error>
+    where
+        F: Future<Output = Result<Vec<T>, PeerError>>,
+    {
         let places = self.places(topic, 0..partitions)?;
-        let asked = places.iter().map(|(place, held)| async move {
-            let details = match place {
-                Place::Here => here(held.clone()).await?,
-                Place::At(node) => self.peers.describe(node, topic).await?,
-            };
-            let answered: Vec<u32> = details.iter().map(|detail| detail.partition).collect();
-            match place {
-                Place::At(node) if answered != *held => {
-                    Err(Error::Peer(PeerError::NotOwner { node: node.clone() }))
+        let asked = places.iter().map(|(place, held)| {
+            let remote = &remote;
+            let answered = &answered;
+            async move {
+                let items = match place {
+                    Place::Here => here(held.clone()).await?,
+                    Place::At(node) => remote(node.clone()).await?,
+                };
+                let moved = match answers {
+                    Answers::Each => items.iter().map(answered).collect::<Vec<u32>>() != *held,
+                    Answers::Some => items
+                        .iter()
+                        .any(|item| held.binary_search(&answered(item)).is_err()),
+                };
+                match place {
+                    Place::At(node) if moved => {
+                        Err(Error::Peer(PeerError::NotOwner { node: node.clone() }))
+                    }
+                    _ => Ok(items),
                 }
-                _ => Ok(details),
             }
         });
-        let mut details: Vec<PartitionDetail> = futures_util::future::try_join_all(asked)
+        let mut items: Vec<T> = futures_util::future::try_join_all(asked)
             .await?
             .into_iter()
             .flatten()
             .collect();
-        details.sort_by_key(|detail| detail.partition);
-        Ok(details)
+        items.sort_by_key(|item| answered(item));
+        Ok(items)
     }
 
     /// A group poll of every partition `0..partitions` of `topic` (see the module docs): one
@@ -787,6 +843,31 @@ mod tests {
             })
         }
 
+        fn groups<'a>(
+            &'a self,
+            node: &'a str,
+            _: &'a str,
+        ) -> crate::cluster::peer::PeerFuture<'a, Vec<GroupOnPartition>> {
+            lock(&self.calls).push(format!("{node} groups"));
+            Box::pin(async move {
+                Ok(self
+                    .holding(node, None)?
+                    .into_iter()
+                    .map(|(partition, (next_offset, cursor))| GroupOnPartition {
+                        partition,
+                        next_offset,
+                        position: crate::store::GroupPosition {
+                            group: "g".to_owned(),
+                            cursor: Some(cursor),
+                            lag: next_offset - cursor,
+                            leases: None,
+                        },
+                        history: None,
+                    })
+                    .collect())
+            })
+        }
+
         fn topics<'a>(
             &'a self,
             node: &'a str,
@@ -1052,6 +1133,36 @@ mod tests {
             1,
             "b answered for 1 only: read again"
         );
+    }
+
+    /// A topic's groups are read where each partition is held and ordered by partition; a
+    /// node answering for a partition it was not asked for makes the owners be read again.
+    #[actix::test]
+    async fn the_groups_are_read_where_each_partition_is_held() {
+        let mut places = Places::new(&[(0, Place::Here), (1, at("c")), (2, at("b"))]);
+        places.after_refresh = Some(
+            [(0, Place::Here), (1, at("b")), (2, at("c"))]
+                .into_iter()
+                .collect(),
+        );
+        let nodes = Nodes::with(&[("b", 1, 4), ("c", 2, 9)]);
+        let spread = Spread {
+            placement: &places,
+            peers: &nodes,
+        };
+        let here = |held: Vec<u32>| {
+            Box::pin(async move {
+                assert_eq!(held, [0]);
+                Ok(Vec::new())
+            }) as Here<'_, Vec<GroupOnPartition>>
+        };
+        let groups = spread.groups(TOPIC, 3, here).await.unwrap();
+        let lags: Vec<(u32, u64)> = groups
+            .iter()
+            .map(|group| (group.partition, group.position.lag))
+            .collect();
+        assert_eq!(lags, [(1, 4), (2, 9)]);
+        assert_eq!(*lock(&places.refreshes), 1, "c answered for 2: read again");
     }
 
     /// The topic list merges this node's page with every other node's, by name, once each.

@@ -3,6 +3,7 @@
 //! - `Read`: a page of records, from the hot window or read back from cold segments.
 //! - `GetCursor`: one group's committed position.
 //! - `ListCursors`: every group's committed position.
+//! - `ListGroups`: every group's position, lag and lease counts.
 //! - `GetCommitted`: one group's committed position with its metadata.
 //! - `Commit`: move a group's cursor forward (`CommitWith`: keeping metadata with it).
 //! - `Seek`: set a group's cursor forward or back, keeping metadata with it.
@@ -14,7 +15,7 @@ use actix::{Context, Handler, Message, ResponseFuture};
 
 use super::PartitionActor;
 use crate::error::Error;
-use crate::store::{Committed, Page};
+use crate::store::{Committed, GroupPosition, Page};
 
 /// Reads up to `limit` records from `from` (default: the oldest readable offset).
 #[derive(Message, Debug, Clone)]
@@ -94,6 +95,20 @@ impl Handler<ListCursors> for PartitionActor {
 
     fn handle(&mut self, _: ListCursors, ctx: &mut Context<Self>) -> Self::Result {
         self.on_worker(ctx, |store| async move { Ok(store.cursors()?) })
+    }
+}
+
+/// Asks for every group's position: cursor, lag and lease counts (see
+/// [`LogStore::group_positions`](crate::store::LogStore::group_positions)).
+#[derive(Message, Debug, Clone)]
+#[rtype(result = "Result<Vec<GroupPosition>, Error>")]
+pub struct ListGroups;
+
+impl Handler<ListGroups> for PartitionActor {
+    type Result = ResponseFuture<Result<Vec<GroupPosition>, Error>>;
+
+    fn handle(&mut self, _: ListGroups, ctx: &mut Context<Self>) -> Self::Result {
+        self.on_worker(ctx, |store| async move { Ok(store.group_positions()?) })
     }
 }
 

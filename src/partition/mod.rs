@@ -42,7 +42,7 @@ use actix::{
 use tokio::sync::oneshot;
 
 pub use consume::{
-    Commit, CommitWith, DeleteCursor, GetCommitted, GetCursor, ListCursors, Read, Seek,
+    Commit, CommitWith, DeleteCursor, GetCommitted, GetCursor, ListCursors, ListGroups, Read, Seek,
 };
 pub use leases::{Ack, ClaimLease, Extend, ListLeases, Nack};
 pub(crate) use operations::RetentionRuns;

@@ -215,6 +215,8 @@ impl LogStore {
 pub struct GroupPosition {
     /// The group.
     pub group: String,
+    /// Its committed cursor; `None` for a group that leases without having committed.
+    pub cursor: Option<u64>,
     /// Records between the group's position (its cursor, or else the first offset it leased)
     /// and the partition's next offset.
     pub lag: u64,
@@ -240,6 +242,7 @@ impl LogStore {
         for (group, cursor) in cursors {
             let leased = leases.remove(&group);
             groups.push(GroupPosition {
+                cursor: Some(cursor),
                 lag: next_offset.saturating_sub(cursor),
                 leases: leased.map(|counts| counts.by_state),
                 group,
@@ -247,6 +250,7 @@ impl LogStore {
         }
         for (group, counts) in leases {
             groups.push(GroupPosition {
+                cursor: None,
                 lag: next_offset.saturating_sub(counts.first_offset),
                 leases: Some(counts.by_state),
                 group,

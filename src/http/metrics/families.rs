@@ -7,7 +7,8 @@
 //!   a middleware times every request ([`Metrics::appended`], [`Metrics::records_read`],
 //!   [`Metrics::request`]);
 //! - the groups' positions, read from the open partitions at each scrape
-//!   ([`Metrics::refresh`]) and kept for closed ones: consumer lag and lease counts;
+//!   ([`Metrics::refresh`]) and kept for closed ones: consumer lag and lease counts (and the
+//!   size of the lag history the log keeps);
 //! - cold flushes, which the stores count themselves in a
 //!   [`ColdFlushCounters`] shared by every partition (the store knows nothing of HTTP), copied
 //!   in by [`Metrics::render`].
@@ -47,6 +48,7 @@
 //! | `durability_cluster_ownership_changes_total`, `durability_cluster_releases_total` | counter (changes of a volume's owner seen in etcd; volumes this node handed to another) | |
 //! | `durability_damaged_volumes` | gauge (1 for each damaged volume; see the README's Guarantees) | `volume`, `kind` (`malformed`, `lost`, `unopenable`) |
 //! | `durability_committer_threads`, `durability_committer_threads_busy` | gauge (threads running the volumes' committers; those running a commit now: a slow bucket never keeps one waiting) | |
+//! | `durability_lag_history_groups`, `durability_lag_history_bytes` | gauge (groups of partitions whose lag history this node keeps, and the heap it takes: at most 1 KiB each) | |
 //! | `durability_scrub_last_pass_seconds` | gauge (Unix time the last scrub pass over every volume ended; 0 before one) | |
 //! | `durability_scrub_pages_checked_total`, `durability_scrub_records_checked_total` | counter (pages SQLite's check read; records whose checksum and offset were checked) | |
 //! | `durability_scrub_damage_found_total` | counter (volumes the scrub found damaged) | |
@@ -104,6 +106,8 @@ struct Inner {
     damaged_volumes: IntGaugeVec,
     committer_threads: IntGauge,
     committer_threads_busy: IntGauge,
+    lag_history_groups: IntGauge,
+    lag_history_bytes: IntGauge,
     scrub_last_pass: IntGauge,
     scrub_pages: IntCounter,
     scrub_records: IntCounter,
@@ -394,6 +398,20 @@ impl Metrics {
                     "Committer threads running a commit now.",
                 ),
             ),
+            lag_history_groups: register(
+                &registry,
+                IntGauge::new(
+                    "durability_lag_history_groups",
+                    "Groups of partitions whose lag history this node keeps.",
+                ),
+            ),
+            lag_history_bytes: register(
+                &registry,
+                IntGauge::new(
+                    "durability_lag_history_bytes",
+                    "Heap the groups' lag history takes on this node.",
+                ),
+            ),
             scrub_last_pass: register(
                 &registry,
                 IntGauge::new(
@@ -479,8 +497,15 @@ impl Metrics {
     /// is logged).
     pub async fn refresh(&self, log: &Log) {
         let damaged = log.damaged_volumes();
+        let history = log.lag_history_usage();
         {
             let _scrape = self.lock();
+            self.inner
+                .lag_history_groups
+                .set(gauge(history.groups as u64));
+            self.inner
+                .lag_history_bytes
+                .set(gauge(history.bytes as u64));
             self.inner.damaged_volumes.reset();
             for (volume, kind) in damaged {
                 self.inner
@@ -829,6 +854,7 @@ mod tests {
             PartitionId::new("events", 0).unwrap(),
             vec![GroupPosition {
                 group: "billing".into(),
+                cursor: Some(0),
                 lag: 5,
                 leases: Some([1, 0, 0, 0]),
             }],
@@ -881,6 +907,7 @@ mod tests {
         let id = PartitionId::new("events", 0).unwrap();
         let group = |name: &str, lag, leases| GroupPosition {
             group: name.into(),
+            cursor: None,
             lag,
             leases,
         };

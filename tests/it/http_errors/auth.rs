@@ -65,7 +65,11 @@ fn permission_of(operation_id: &str) -> Option<&'static str> {
         "appendRecords" | "produceEvents" => Some("produce"),
         "readRecords" | "pollGroup" | "commitGroup" | "listCursors" | "putCursor" | "getCursor"
         | "claimAnyLease" | "claimLease" | "listLeases" | "ackLease" | "nackLease"
-        | "extendLease" | "getBounds" | "getLoad" | "getTopic" => Some("consume"),
+        | "extendLease" | "getBounds" | "getLoad" | "getTopic" | "getTopicGroups" => {
+            Some("consume")
+        }
+        // And `produce` on each letter's source, checked once the letters are read.
+        "redriveLetters" => Some("consume"),
         "deleteCursor" | "trimPartition" | "forgetCold" | "getCluster" => Some("admin"),
         "metrics" => Some("metrics"),
         // Any known token; the list shows only the topics it may see.

@@ -81,6 +81,18 @@ async fn invalid_request_for_bad_bodies() {
             ],
         ),
         (
+            "redriveLetters",
+            &[
+                "",
+                "{}",
+                r#"{"offsets": []}"#,
+                r#"{"offsets": "0"}"#,
+                r#"{"offsets": [0.5]}"#,
+                r#"{"offsets": [0], "also": 1}"#,
+                "[0]",
+            ],
+        ),
+        (
             "putCursor",
             &[
                 "",

@@ -500,6 +500,51 @@ fn cases(batch_id: &str) -> Vec<Case> {
             400,
             "invalid_request",
         ),
+        // A redrive reads letters: none asked, an offset past the end, and a record that is
+        // not a letter (the written partition's own records have no `topic:partition:offset`
+        // key) are refused before anything is appended.
+        case(
+            M::POST,
+            &format!("{p}/redrive"),
+            Some(r#"{"offsets":[]}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            M::POST,
+            &format!("{p}/redrive"),
+            Some(r#"{"offsets":[99]}"#),
+            400,
+            "invalid_offset",
+        ),
+        case(
+            M::POST,
+            &format!("{p}/redrive"),
+            Some(r#"{"offsets":[0]}"#),
+            400,
+            "invalid_request",
+        ),
+        case(
+            M::POST,
+            &format!("{p}/redrive"),
+            Some(r#"{"offsets":[-1]}"#),
+            400,
+            "invalid_offset",
+        ),
+        case(
+            M::POST,
+            "/topics/events/partitions/8/redrive",
+            Some(r#"{"offsets":[0]}"#),
+            404,
+            "unknown_partition",
+        ),
+        case(
+            M::GET,
+            "/topics/e%20vents/groups",
+            None,
+            400,
+            "invalid_name",
+        ),
         case(M::GET, "/topics/..", None, 400, "invalid_name"),
         case(
             M::GET,

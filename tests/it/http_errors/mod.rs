@@ -86,6 +86,7 @@ fn valid_body(route: &Route) -> Option<&'static str> {
         "putCursor" => r#"{"offset": 0}"#,
         "nackLease" => r#"{"delayMs": 5}"#,
         "forgetCold" => r#"{"before": 0}"#,
+        "redriveLetters" => r#"{"offsets": [0]}"#,
         _ => panic!("{route}: no valid body known for it"),
     })
 }

@@ -157,6 +157,14 @@ async fn answers_match_the_document() {
         (status, cursor),
         (200, json!({"cursor": 1, "metadata": "m"}))
     );
+    let (status, groups) = exchange!(
+        &app,
+        document,
+        "get",
+        "/topics/{topic}/groups",
+        "/topics/t/groups"
+    );
+    assert_eq!((status, &groups["groups"][0]["group"]), (200, &json!("g")));
     let (status, _) = exchange!(
         &app,
         document,
@@ -287,6 +295,21 @@ async fn answers_match_the_document() {
     assert_eq!(
         (status, topic["partitions"].as_array().map(Vec::len)),
         (200, Some(2))
+    );
+    // A letter, as leases past `maxAttempts` write them, redriven to its source.
+    let letter = durability::log::NewRecord::keyed("t:0:0", "1");
+    log.log.append("letters", 0, vec![letter]).await.unwrap();
+    let (status, redriven) = exchange!(
+        &app,
+        document,
+        "post",
+        "/topics/{topic}/partitions/{partition}/redrive",
+        "/topics/letters/partitions/0/redrive",
+        json!({"offsets": [0]})
+    );
+    assert_eq!(
+        (status, &redriven["redriven"][0]["topic"]),
+        (200, &json!("t"))
     );
 
     // Errors.

@@ -15,7 +15,7 @@ use crate::common::{Route, TestLog};
 
 /// How many operations the REST API has under `/topics` (the README's table, "REST API");
 /// besides them, the document lists `/healthz`, `/metrics` and itself.
-const API_OPERATIONS: usize = 21;
+const API_OPERATIONS: usize = 23;
 
 /// The operations that read from an offset, which retention may have deleted (`410`).
 const READ_FROM_AN_OFFSET: &[&str] = &["readRecords", "pollGroup", "claimLease", "claimAnyLease"];
