@@ -569,6 +569,27 @@ fn a_group_consumes_everything_through_any_node_across_a_failover() {
                 "{entry}"
             );
         }
+        // The topic's groups, each partition read on the node holding it.
+        let (status, groups) =
+            request(node, "GET", &format!("/topics/{TOPIC}/groups"), None).expect("the groups");
+        assert_eq!(status, 200, "{groups}");
+        let billing = &groups["groups"][0];
+        assert_eq!(billing["group"], "billing", "{groups}");
+        let positions: Vec<(u64, u64)> = billing["partitions"]
+            .as_array()
+            .expect("partitions")
+            .iter()
+            .map(|entry| {
+                (
+                    entry["partition"].as_u64().unwrap(),
+                    entry["cursor"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        let expected: Vec<(u64, u64)> = (0..PARTITIONS)
+            .map(|partition| (u64::from(partition), cursors[&partition]))
+            .collect();
+        assert_eq!(positions, expected, "{groups}");
     }
 
     // Lease workers claim topic-wide through random nodes and ack through random nodes: every
