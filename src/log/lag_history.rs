@@ -3,8 +3,9 @@
 //! at the default 20 s), so a chart of lag over time needs no metrics system beside the log
 //! ([`Log::group_summary`](super::Log::group_summary)).
 //!
-//! Bounded like the metric series: the groups of the first `metrics.max_topics` topics sampled
-//! have a history, later topics' groups none. A tracked group of a partition costs its samples
+//! Bounded like the metric series: the groups of the first `metrics.max_topics` topics a
+//! sample meets have a history, later topics' groups none, and a sample reads only the
+//! partitions of those topics. A tracked group of a partition costs its samples
 //! (4 bytes each, 720 in all) and its name: [`LagHistory::heap_bytes`] counts them.
 //!
 //! A partition that closed keeps its groups' last lag in each new sample (nothing changes it
@@ -120,15 +121,24 @@ impl LagHistory {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether `topic`'s groups have a history, or would get one now.
-    pub(crate) fn wants(&self, topic: &str) -> bool {
-        let tracked = self.lock();
-        tracked.topics.contains(topic) || tracked.topics.len() < self.max_topics
+    /// Whether `topic`'s groups have a history, giving it one if there is room: the filter of
+    /// what a sample reads, so that a sample reads the partitions of `max_topics` topics at
+    /// most, however many are open.
+    pub(crate) fn admit(&self, topic: &str) -> bool {
+        let mut tracked = self.lock();
+        if tracked.topics.contains(topic) {
+            return true;
+        }
+        if tracked.topics.len() >= self.max_topics {
+            return false;
+        }
+        tracked.topics.insert(topic.into());
+        true
     }
 
-    /// Takes one sample at `now_ms`: `sampled` is every open partition read now with its
-    /// groups; a tracked partition not among them keeps its last lags when `held` says this
-    /// node still holds it, and is forgotten otherwise.
+    /// Takes one sample at `now_ms`: `sampled` is every open partition of the admitted topics
+    /// read now with its groups; a tracked partition not among them keeps its last lags when
+    /// `held` says this node still holds it, and is forgotten otherwise.
     pub(crate) fn record(
         &self,
         now_ms: i64,
@@ -139,7 +149,7 @@ impl LagHistory {
         let mut fresh = HashMap::with_capacity(tracked.partitions.len());
         for (id, groups) in sampled {
             let mut before = tracked.partitions.remove(&id).unwrap_or_default();
-            if groups.is_empty() || !tracked.admit(id.topic(), self.max_topics) {
+            if groups.is_empty() || !tracked.topics.contains(id.topic()) {
                 continue;
             }
             let now: Vec<GroupLags> = groups
@@ -229,20 +239,6 @@ impl LagHistory {
     }
 }
 
-impl Tracked {
-    /// Whether `topic` has a history, giving it one if there is room.
-    fn admit(&mut self, topic: &str, max_topics: usize) -> bool {
-        if self.topics.contains(topic) {
-            return true;
-        }
-        if self.topics.len() >= max_topics {
-            return false;
-        }
-        self.topics.insert(topic.into());
-        true
-    }
-}
-
 /// Samples the lag every `interval` for as long as the log is open (its last handle dropped,
 /// or shut down, ends it).
 pub(super) async fn sample(log: Weak<super::Inner>, interval: Duration) {
@@ -278,6 +274,7 @@ mod tests {
     #[test]
     fn keeps_the_last_samples_oldest_first() {
         let history = LagHistory::new(10);
+        assert!(history.admit("t"));
         for lag in 0..(LAG_SAMPLES as u64 + 5) {
             history.record(
                 lag as i64,
@@ -294,6 +291,7 @@ mod tests {
     #[test]
     fn a_closed_partition_repeats_its_last_lag_and_one_moved_away_is_forgotten() {
         let history = LagHistory::new(10);
+        assert!(history.admit("t"));
         history.record(1, vec![(id("t", 0), vec![position("g", 7)])], |_| true);
         history.record(2, Vec::new(), |_| true);
         assert_eq!(history.of(&id("t", 0), "g").unwrap().lags, vec![7, 7]);
@@ -304,6 +302,7 @@ mod tests {
     #[test]
     fn a_group_gone_from_its_partition_is_forgotten_and_others_keep_theirs() {
         let history = LagHistory::new(10);
+        assert!(history.admit("t"));
         let both = vec![position("a", 1), position("b", 2)];
         history.record(1, vec![(id("t", 0), both)], |_| true);
         history.record(2, vec![(id("t", 0), vec![position("b", 3)])], |_| true);
@@ -314,6 +313,10 @@ mod tests {
     #[test]
     fn topics_past_the_bound_get_no_history() {
         let history = LagHistory::new(2);
+        let admitted: Vec<bool> = ["a", "b", "c", "a"]
+            .map(|topic| history.admit(topic))
+            .into();
+        assert_eq!(admitted, [true, true, false, true]);
         let sampled = ["a", "b", "c"]
             .iter()
             .map(|topic| (id(topic, 0), vec![position("g", 1)]))
@@ -322,8 +325,6 @@ mod tests {
         assert!(history.of(&id("a", 0), "g").is_some());
         assert!(history.of(&id("b", 0), "g").is_some());
         assert_eq!(history.of(&id("c", 0), "g"), None);
-        assert!(!history.wants("c"));
-        assert!(history.wants("a"));
     }
 
     /// The stated cost: at most 1 KiB per tracked group of a partition, the tables included,
@@ -334,6 +335,7 @@ mod tests {
         let sampled = || {
             (0..100)
                 .map(|topic| {
+                    assert!(history.admit(&format!("topic-{topic}")));
                     let groups = (0..10)
                         .map(|group| position(&format!("group-{group}"), 5))
                         .collect();

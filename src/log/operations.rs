@@ -365,7 +365,7 @@ impl Log {
     pub(super) async fn sample_lag(&self) {
         let history = self.inner.lag_history.clone();
         match self
-            .open_group_positions(move |topic| history.wants(topic))
+            .open_group_positions(move |topic| history.admit(topic))
             .await
         {
             Ok(sampled) => {
