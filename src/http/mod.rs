@@ -7,6 +7,7 @@
 //! fields all answer `400 invalid_request` in the contract's JSON error shape.
 
 pub(crate) mod auth;
+mod console;
 mod consume;
 pub mod error;
 mod forward;
@@ -169,6 +170,8 @@ pub fn service_with_metrics(log: Log, metrics: Metrics) -> impl FnOnce(&mut web:
                 .get(operations::healthz)
                 .head(operations::healthz),
         );
+        // The console's static files: no token (the page asks for one), no timing.
+        cfg.configure(console::register);
         cfg.service(
             web::scope("")
                 .wrap(from_fn(forward::to_owner))

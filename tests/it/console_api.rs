@@ -1,6 +1,7 @@
 //! The API the console needs besides the rest: a topic's groups with their lag history
-//! (`GET /topics/{topic}/groups`) and the redrive of dead letters
-//! (`POST /topics/{topic}/partitions/{partition}/redrive`), over real sockets.
+//! (`GET /topics/{topic}/groups`), the redrive of dead letters
+//! (`POST /topics/{topic}/partitions/{partition}/redrive`), and the console's own files
+//! (`/console`), over real sockets.
 
 use std::time::Duration;
 
@@ -8,7 +9,7 @@ use serde_json::{Value, json};
 
 use durability::clock::Clock;
 
-use crate::common::{TestServer, eventually};
+use crate::common::{TestServer, eventually, process};
 
 /// A server sampling the lag every 50 ms, with leases sending ranges past one attempt to the
 /// topic `dead-letters`, and `tune` besides.
@@ -250,5 +251,47 @@ async fn a_redrive_needs_the_right_to_produce_to_the_source() {
     assert_eq!(refusal["error"]["code"], "forbidden");
     let (_, bounds) = server.get("/topics/jobs/partitions/0/bounds").await;
     assert_eq!(bounds["nextOffset"], 1, "nothing appended");
+    server.stop().await;
+}
+
+/// `/console` is served without a token even where the API needs one, from the binary, under
+/// a policy that runs only its own files; `/console` redirects to `/console/`.
+#[actix::test]
+async fn the_console_is_served_from_the_binary_without_a_token() {
+    let server = server(|config| config.server.auth_token = "s3cret".into());
+    let addr = server.addr;
+    // On the blocking pool: the server runs on this test's thread.
+    let get = async |path: &str| {
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        let exchange = move || process::exchange(addr, &request).unwrap();
+        actix_web::rt::task::spawn_blocking(exchange).await.unwrap()
+    };
+    let (status, head, _) = get("/console").await;
+    assert_eq!(status, 308);
+    assert!(
+        head.to_ascii_lowercase().contains("location: /console/"),
+        "{head}"
+    );
+    let (status, head, page) = get("/console/").await;
+    assert_eq!(status, 200);
+    let head = head.to_ascii_lowercase();
+    assert!(head.contains("content-type: text/html"), "{head}");
+    assert!(
+        head.contains("content-security-policy: default-src 'self'"),
+        "{head}"
+    );
+    let page = String::from_utf8(page).unwrap();
+    assert!(page.contains("console.js") && page.contains("console.css"));
+    for (file, kind) in [
+        ("console.js", "text/javascript"),
+        ("console.css", "text/css"),
+    ] {
+        let (status, head, body) = get(&format!("/console/{file}")).await;
+        assert_eq!(status, 200, "{file}");
+        assert!(head.to_ascii_lowercase().contains(kind), "{head}");
+        assert!(!body.is_empty());
+    }
+    assert_eq!(get("/console/secrets.txt").await.0, 404);
+    assert_eq!(server.send("GET", "/topics", None, None).await.0, 401);
     server.stop().await;
 }

@@ -11,6 +11,7 @@ mod cold;
 mod cold_faults;
 mod common;
 mod config;
+mod console;
 mod console_api;
 mod crash;
 mod cursor_seek;
