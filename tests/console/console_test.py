@@ -491,8 +491,35 @@ def cluster(browser, api):
         lambda: "open partitions" in (browser.text("#cluster-metrics") or ""), "the metrics panel"
     )
     browser.no_error()
-    browser.screenshot("cluster")
+    browser.screenshot("cluster-single")
     browser.check_log(allowed=[(r"/cluster\b", 404)])
+
+
+def cluster_members(browser, api):
+    """A cluster's view lists every member (CLUSTER_MEMBERS of them), the node that answered,
+    the volumes each holds, and takeovers and forwards from /metrics."""
+    members = int(os.environ["CLUSTER_MEMBERS"])
+    status = api.expect(200, "GET", "/cluster")
+    browser.signed_in()
+    browser.open("/cluster")
+    rows = "#members tr[data-member]"
+    browser.wait(lambda: browser.count(rows) == members, f"{members} members")
+    answered = browser.js(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".filter(row => row.textContent.includes('(answered)'))"
+        ".map(row => row.dataset.member)",
+        rows,
+    )
+    check(answered == [status["node"]], f"the answering node is marked: {answered}")
+    held = sum(len(member["volumes"]) for member in status["members"].values())
+    check(held == status["volumes"], f"every volume is held by a member: {held}")
+    browser.wait(
+        lambda: "takeovers" in (browser.text("#cluster-metrics") or "").lower(),
+        "takeovers and forwards from /metrics",
+    )
+    browser.no_error()
+    browser.screenshot("cluster")
+    browser.check_log()
 
 
 def phone(browser, api):
@@ -585,6 +612,7 @@ SCENARIOS = {
     "dead-letters": dead_letters,
     "wrong-token": wrong_token,
     "cluster": cluster,
+    "cluster-members": cluster_members,
     "phone": phone,
     "keyboard": keyboard,
 }

@@ -5,11 +5,14 @@
 //! server and that the browser logged no error, and saves screenshots of the views to
 //! `target/console-screenshots`.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, PoisonError};
 
+use crate::common::cluster::{Node, one_cluster_at_a_time, start_etcd, wait_for_owners};
 use crate::common::process::Server;
+use crate::common::{block_on, fresh_s3_bucket};
 
 /// The server's `auth_token`: the console is tested behind a token, as it is deployed.
 const TOKEN: &str = "console-test-token";
@@ -59,17 +62,23 @@ fn start() -> (tempfile::TempDir, Server) {
 
 /// Runs `scenario` of `console_test.py` against a fresh server; fails with its output.
 fn scenario(scenario: &str) {
-    let python = python();
-    let shots = root().join("target/console-screenshots");
-    std::fs::create_dir_all(&shots).expect("create target/console-screenshots");
     let _browser = BROWSER.lock().unwrap_or_else(PoisonError::into_inner);
     let (_dir, server) = start();
-    let output = Command::new(python)
+    run(scenario, server.addr, TOKEN, &[]);
+}
+
+/// Runs `scenario` of `console_test.py` against the server at `addr` with `token` and `env`;
+/// fails with its output. The caller holds [`BROWSER`].
+fn run(scenario: &str, addr: SocketAddr, token: &str, env: &[(&str, &str)]) {
+    let shots = root().join("target/console-screenshots");
+    std::fs::create_dir_all(&shots).expect("create target/console-screenshots");
+    let output = Command::new(python())
         .arg(root().join("tests/console/console_test.py"))
-        .arg(format!("http://{}", server.addr))
-        .arg(TOKEN)
+        .arg(format!("http://{addr}"))
+        .arg(token)
         .arg(&shots)
         .arg(scenario)
+        .envs(env.iter().copied())
         .output()
         .expect("run tests/console/console_test.py");
     assert!(
@@ -121,6 +130,27 @@ fn a_wrong_token_shows_the_servers_message_not_a_blank_page() {
 #[test]
 fn cluster_view_of_a_single_node_says_so() {
     scenario("cluster");
+}
+
+/// Two nodes of a cluster (etcd, a bucket): the cluster view lists both, marks the node that
+/// answered, and shows takeovers and forwards.
+#[test]
+fn cluster_view_lists_every_member_and_the_node_that_answered() {
+    let _alone = one_cluster_at_a_time();
+    let _browser = BROWSER.lock().unwrap_or_else(PoisonError::into_inner);
+    let etcd = start_etcd(1);
+    let s3 = block_on(fresh_s3_bucket());
+    let nodes: Vec<Node> = ["a", "b"]
+        .into_iter()
+        .map(|name| Node::start(name, &etcd, &s3))
+        .collect();
+    wait_for_owners(nodes[0].addr(), 2);
+    run(
+        "cluster-members",
+        nodes[1].addr(),
+        "",
+        &[("CLUSTER_MEMBERS", "2")],
+    );
 }
 
 /// At 375 px every view fits the screen's width: only tables scroll, inside their boxes.

@@ -928,13 +928,18 @@
       }));
       return;
     }
+    // More partitions than requests: the workers take them in turn, one worker per partition
+    // at a time (two reading one partition from the same offset would show its records twice).
     let turn = 0;
+    const reading = new Set();
     const worker = async () => {
       while (!signal.aborted && stopped.size < partitions.length) {
         const p = partitions[turn++ % partitions.length];
-        if (stopped.has(p)) continue;
-        // A partition with a backlog is drained before the loop moves on.
+        if (stopped.has(p) || reading.has(p)) continue;
+        reading.add(p);
+        // A partition with a backlog is drained before the worker moves on.
         while (!signal.aborted && !stopped.has(p) && await read(p, SHORT_WAIT_MS));
+        reading.delete(p);
       }
     };
     await Promise.all(Array.from({ length: MAX_PARALLEL }, worker));
@@ -1206,7 +1211,7 @@
       const names = CLUSTER_METRICS.map(([name]) => name);
       const sums = parseMetrics(await api('metrics', { signal }), names);
       const shown = CLUSTER_METRICS.filter(([name]) => sums.has(name));
-      metrics.append(h('h2', { text: 'From /metrics' }), h('dl', { class: 'facts' },
+      metrics.append(h('h2', { text: 'The answering node, from /metrics' }), h('dl', { class: 'facts' },
         shown.map(([name, label]) => [
           h('dt', { text: label, title: name }),
           h('dd', { text: number(sums.get(name)) }),
