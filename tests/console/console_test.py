@@ -270,6 +270,44 @@ def partitions(browser, api):
     browser.check_log()
 
 
+# Scrolls the tail's box from top to bottom a screen at a time, waiting for each redraw, and
+# answers every row of its table in order, as [partition, offset]: the page draws only the rows
+# in sight, so this is how a reader would see them all. A row's index is its place: the top
+# spacer stands for the rows above the first one drawn.
+SCROLL_THROUGH_TAIL = """
+const done = arguments[arguments.length - 1];
+const box = document.getElementById('tail-scroller');
+const frame = () => new Promise((resolve) => requestAnimationFrame(() => resolve()));
+(async () => {
+  const rows = new Map();
+  for (let top = 0; top < box.scrollHeight; top += box.clientHeight) {
+    box.scrollTop = top;
+    await frame();
+    await frame();
+    const drawn = [...document.querySelectorAll('#tail-rows tr')];
+    const above = drawn[0].getBoundingClientRect().height;
+    const first = Math.round(above / drawn[1].getBoundingClientRect().height || 0);
+    drawn.filter((row) => row.dataset.offset !== undefined).forEach((row, i) => {
+      rows.set(first + i, [Number(row.dataset.partition), Number(row.dataset.offset)]);
+    });
+  }
+  box.scrollTop = 0;
+  await frame();
+  done([...rows.keys()].sort((a, b) => a - b).map((index) => rows.get(index)));
+})();
+"""
+
+
+def tail_rows(browser):
+    """How many rows the tail's table holds (drawn or not)."""
+    return int(browser.js("return document.getElementById('tail-rows').dataset.rows || '0'"))
+
+
+def every_tail_row(browser):
+    """Every row of the tail's table, top to bottom: (partition, offset)."""
+    return [tuple(row) for row in browser.driver.execute_async_script(SCROLL_THROUGH_TAIL)]
+
+
 def tail(browser, api):
     """A live tail shows a burst of 1,000 records and 2 more within 3 s, newest first; a
     pause holds new records back without losing them; a whole topic is tailed too."""
@@ -283,20 +321,13 @@ def tail(browser, api):
     started = time.monotonic()
     api.produce(topic, 0, [{"i": i, "text": "x" * 40} for i in range(1000)])
     api.produce(topic, 0, [{"i": 1000}, {"i": 1001}])
-    browser.wait(lambda: browser.count("#tail-rows tr") >= 1002, "1,002 rows", timeout=3.0)
+    browser.wait(lambda: tail_rows(browser) >= 1002, "1,002 rows", timeout=3.0)
     elapsed = time.monotonic() - started
+    rows = every_tail_row(browser)
     check(
-        browser.count("#tail-rows tr") == 1002,
-        f"exactly 1,002 rows, not {browser.count('#tail-rows tr')}"
-        " (the record from before the tail is not shown)",
-    )
-    offsets = browser.js(
-        "return [...document.querySelectorAll('#tail-rows tr')]"
-        ".map((r) => Number(r.dataset.offset))"
-    )
-    check(
-        offsets == list(range(1002, 0, -1)),
-        f"rows newest first from 1002 down to 1, got {offsets[:5]}…{offsets[-5:]}",
+        rows == [(0, offset) for offset in range(1002, 0, -1)],
+        f"1,002 rows newest first from 1002 down to 1 (the record from before the tail is not "
+        f"shown), got {len(rows)}: {rows[:3]}…{rows[-3:]}",
     )
     check(
         browser.text("#tail-count").startswith("1,002 received"),
@@ -312,15 +343,15 @@ def tail(browser, api):
         "5 more received while paused",
     )
     time.sleep(0.3)
-    check(browser.count("#tail-rows tr") == 1002, "no row is drawn while paused")
+    check(tail_rows(browser) == 1002, "no row is added while paused")
     browser.driver.find_element(By.ID, "pause").click()
-    browser.wait(lambda: browser.count("#tail-rows tr") == 1007, "the held rows drawn on resume")
+    browser.wait(lambda: tail_rows(browser) == 1007, "the held rows drawn on resume")
+    check(every_tail_row(browser)[:5] == [(0, o) for o in range(1007, 1002, -1)], "held rows on top")
 
     filter_box = browser.driver.find_element(By.ID, "tail-filter")
     filter_box.send_keys('"paused":3')
-    browser.wait(
-        lambda: browser.count("#tail-rows tr:not([hidden])") == 1, "the filter to leave one row"
-    )
+    browser.wait(lambda: tail_rows(browser) == 1, "the filter to leave one row")
+    check(every_tail_row(browser) == [(0, 1006)], "the row the filter matches")
     check(browser.text("#tail-count").startswith("1,007 received"), "the count ignores the filter")
 
     # The whole topic: 8 partitions, more than the 4 loops, taken in turn.
@@ -335,8 +366,13 @@ def tail(browser, api):
         len({r["partition"] for r in placed}) > 4,
         "the keyed events spread over more than 4 partitions",
     )
-    browser.wait(
-        lambda: browser.count("#tail-rows tr") == 40, "40 rows from every partition", timeout=10.0
+    browser.wait(lambda: tail_rows(browser) >= 40, "40 rows from every partition", timeout=10.0)
+    time.sleep(0.5)
+    rows = every_tail_row(browser)
+    expected = {(r["partition"], r["offset"]) for r in placed}
+    check(
+        len(rows) == 40 and set(rows) == expected,
+        f"each of the 40 events once: {len(rows)} rows, missing {expected - set(rows)}",
     )
     browser.no_error()
     browser.check_log()
@@ -543,7 +579,7 @@ def phone(browser, api):
         browser.wait(lambda: browser.count(ready) > 0, f"the {name} view at phone width")
         if name == "tail":
             api.produce(topic, 0, [{"phone": True, "text": "z" * 300}])
-            browser.wait(lambda: browser.count("#tail-rows tr") == 1, "a tailed row at phone width")
+            browser.wait(lambda: tail_rows(browser) == 1, "a tailed row at phone width")
         time.sleep(0.2)
         browser.no_horizontal_overflow(name)
         browser.screenshot(f"phone-{name}")

@@ -22,6 +22,9 @@
   // The server caps a page at its maxBatchSize; asking for more costs nothing.
   const TAIL_LIMIT = 1000;
   const TAIL_MAX_ROWS = 20000;
+  // The height of a tail row (console.css, #tail tbody tr), and the rows drawn beyond sight.
+  const TAIL_ROW_PX = 28;
+  const TAIL_OVERSCAN = 10;
   // With at most MAX_PARALLEL partitions each has its own long-poll; with more, the loops
   // take partitions in turn and may wait only briefly on each.
   const LONG_WAIT_MS = 25000;
@@ -755,35 +758,36 @@
   }
 
   /**
-   * Shows received records newest first. Records wait in a queue and are drawn once per
-   * animation frame in one DocumentFragment, so a burst costs one layout, not one per row.
+   * Shows received records newest first, in a window over them: the page keeps up to
+   * TAIL_MAX_ROWS records but draws only the rows in sight (they all have one height), so a
+   * frame costs the same whatever it keeps, and thousands of records a second cost a redraw a
+   * frame. Records wait in a queue and are drawn once per animation frame.
    */
   class TailTable {
-    constructor(body, status) {
+    constructor(body, scroller, status) {
       this.body = body;
+      this.scroller = scroller;
       this.status = status;
       this.queue = [];
+      // Every record kept, oldest first, and those the filter lets through.
+      this.kept = [];
+      this.shown = [];
       this.received = 0;
       this.paused = false;
       this.needle = '';
       this.frame = 0;
-      this.text = new WeakMap();
+      scroller.addEventListener('scroll', () => this.schedule(), { passive: true });
     }
 
     push(partition, records) {
       for (const record of records) this.queue.push([partition, record]);
-      // Rows past the cap would be dropped as soon as drawn.
-      const extra = this.queue.length - TAIL_MAX_ROWS;
-      if (extra > 0) this.queue.splice(0, extra);
       this.received += records.length;
       this.schedule();
       this.showStatus();
     }
 
     schedule() {
-      if (!this.frame && !this.paused && this.queue.length) {
-        this.frame = requestAnimationFrame(() => this.flush());
-      }
+      if (!this.frame) this.frame = requestAnimationFrame(() => this.flush());
     }
 
     stop() {
@@ -793,40 +797,66 @@
 
     flush() {
       this.frame = 0;
-      if (this.paused) return;
-      const batch = this.queue;
-      this.queue = [];
-      const fragment = document.createDocumentFragment();
-      for (let i = batch.length - 1; i >= 0; i--) fragment.append(this.row(...batch[i]));
-      this.body.prepend(fragment);
-      for (let extra = this.body.rows.length - TAIL_MAX_ROWS; extra > 0; extra--) {
-        this.body.lastElementChild.remove();
-      }
+      if (!this.paused && this.queue.length) this.take(this.queue.splice(0));
+      this.draw();
       this.showStatus();
     }
 
-    row(partition, record) {
-      const keys = keysText(record);
-      const payload = payloadText(record);
-      const tr = h('tr', { 'data-partition': partition, 'data-offset': record.offset },
+    /** Keeps `batch`, the newest TAIL_MAX_ROWS of all, and holds the view where it is. */
+    take(batch) {
+      let added = 0;
+      for (const [partition, record] of batch) {
+        const entry = { partition, record, text: `${keysText(record)}\n${payloadText(record)}`.toLowerCase() };
+        this.kept.push(entry);
+        if (this.matches(entry)) {
+          this.shown.push(entry);
+          added += 1;
+        }
+      }
+      const extra = this.kept.length - TAIL_MAX_ROWS;
+      if (extra > 0) {
+        const oldest = this.kept[extra];
+        this.kept.splice(0, extra);
+        const gone = this.shown.indexOf(oldest);
+        this.shown.splice(0, gone < 0 ? this.shown.length : gone);
+      }
+      // A reader scrolled down keeps the rows in front of them; at the top, the newest show.
+      if (this.scroller.scrollTop > 0) this.scroller.scrollTop += added * TAIL_ROW_PX;
+    }
+
+    /** Draws the rows in sight, between two spacers standing for the rest. */
+    draw() {
+      const total = this.shown.length;
+      const first = Math.max(0, Math.floor(this.scroller.scrollTop / TAIL_ROW_PX) - TAIL_OVERSCAN);
+      const inSight = Math.ceil(this.scroller.clientHeight / TAIL_ROW_PX) + 2 * TAIL_OVERSCAN;
+      const last = Math.min(total, first + inSight);
+      const rows = [spacer(first)];
+      // Row i from the top is the i-th newest.
+      for (let i = first; i < last; i++) rows.push(this.row(this.shown[total - 1 - i]));
+      rows.push(spacer(total - last));
+      this.body.replaceChildren(...rows);
+      this.body.dataset.rows = String(total);
+    }
+
+    row({ partition, record }) {
+      return h('tr', { 'data-partition': partition, 'data-offset': record.offset },
         cell(String(partition), 'num'),
         cell(String(record.offset), 'num'),
         cell(timestamp(record.appendedAt), 'time'),
-        cutCell(keys, 60, 'key'),
+        cutCell(keysText(record), 60, 'key'),
         cutCell(headersText(record), 60, 'headers'),
-        cutCell(payload, PAYLOAD_CHARS, 'payload'));
-      this.text.set(tr, `${keys}\n${payload}`.toLowerCase());
-      tr.hidden = !this.matches(tr);
-      return tr;
+        cutCell(payloadText(record), PAYLOAD_CHARS, 'payload'));
     }
 
-    matches(tr) {
-      return !this.needle || this.text.get(tr).includes(this.needle);
+    matches(entry) {
+      return !this.needle || entry.text.includes(this.needle);
     }
 
     filter(needle) {
       this.needle = needle.trim().toLowerCase();
-      for (const tr of this.body.rows) tr.hidden = !this.matches(tr);
+      this.shown = this.kept.filter((entry) => this.matches(entry));
+      this.scroller.scrollTop = 0;
+      this.schedule();
     }
 
     setPaused(paused) {
@@ -839,8 +869,16 @@
       const held = this.paused && this.queue.length
         ? ` · ${number(this.queue.length)} held while paused`
         : '';
-      this.status.textContent = `${number(this.received)} received${held}`;
+      const shown = this.needle ? ` · ${number(this.shown.length)} match` : '';
+      this.status.textContent = `${number(this.received)} received${held}${shown}`;
     }
+  }
+
+  /** An empty row `rows` rows high, standing for the rows out of sight. */
+  function spacer(rows) {
+    const tr = h('tr', { class: 'spacer', 'aria-hidden': 'true' });
+    tr.style.height = `${rows * TAIL_ROW_PX}px`;
+    return tr;
   }
 
   async function tailView({ main, signal }, topic, partition) {
@@ -858,8 +896,9 @@
     const note = h('span', { id: 'tail-note', class: 'muted' });
     const columns = ['#partition', '#offset', 'appended', 'key', 'headers', 'payload'];
     const { wrap, body } = table(columns, { table: { id: 'tail' }, body: { id: 'tail-rows' } });
+    wrap.id = 'tail-scroller';
     heading(main, title, h('div', { class: 'toolbar' }, pause, filter, status, note), wrap);
-    const rows = new TailTable(body, status);
+    const rows = new TailTable(body, wrap, status);
     signal.addEventListener('abort', () => rows.stop());
     pause.addEventListener('click', () => {
       rows.setPaused(!rows.paused);
