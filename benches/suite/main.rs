@@ -24,13 +24,19 @@
 //! `--server` and confluent-kafka in `.venv-kafka`, which `scripts/install-kafka-clients`
 //! makes: skipped with a message without it; a confluent-kafka producer and consumer of 10⁶
 //! records, 10⁵ with `--quick`, each against the bench's REST requests for the same records,
-//! and the server's CPU per record of each). Writes
+//! and the server's CPU per record of each) or `console` (needs `--server` and Selenium in
+//! `.venv-browser` with Debian's chromium, which `scripts/install-browser` installs: skipped with
+//! a message without them; the browser console's first paint with 10⁴ topics against one topic,
+//! and its live tail fed 5,000 records/s for 10 s against a plain long-poll reader; `--quick`
+//! loads the console 3 times from each server instead of 7, and runs the tail once instead of
+//! 3 times). Writes
 //! `DIR/BENCHMARKS.md` and `DIR/bench/results.json`; `--only` replaces only what that section
 //! writes in them (`throughput`: the goals it measures, the throughput and latency tables;
 //! `cold` writes nothing there).
 
 mod client;
 mod cluster;
+mod console;
 mod cpu;
 mod embedded;
 mod external;
@@ -329,6 +335,18 @@ fn main() {
                 "kafka: skipped: {} cannot import confluent_kafka (scripts/install-kafka-clients \
                  installs it)",
                 kafka::python().display()
+            );
+        }
+    }
+
+    if let Some(binary) = args.server.as_ref().filter(|_| args.runs("console")) {
+        if console::installed() {
+            report.console = Some(console::run(binary, &dir("console"), &payload, args.quick));
+        } else {
+            eprintln!(
+                "console: skipped: {} cannot import selenium, or /usr/bin/chromium or \
+                 /usr/bin/chromedriver is missing (scripts/install-browser installs them)",
+                console::python().display()
             );
         }
     }

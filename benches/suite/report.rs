@@ -98,6 +98,8 @@ pub struct Report {
     pub client: Option<crate::client::ClientSide>,
     /// What Kafka clients get through the Kafka listener, against REST requests.
     pub kafka: Option<crate::kafka::Kafka>,
+    /// What the browser console gives its user, against baselines of the same run.
+    pub console: Option<crate::console::Console>,
 }
 
 fn ratio(value: f64, base: Option<f64>) -> Option<f64> {
@@ -122,6 +124,7 @@ impl Report {
             security: None,
             client: None,
             kafka: None,
+            console: None,
         }
     }
 
@@ -309,7 +312,8 @@ impl Report {
     pub fn write(&self, out: &Path, quick: bool, only: Option<&str>) {
         let mut markdown = self.markdown(quick);
         println!("{markdown}");
-        let mut json = self.json();
+        let figures = self.json();
+        let mut json = serde_json::to_string_pretty(&figures).unwrap();
         let (md_path, json_path) = (out.join("BENCHMARKS.md"), out.join("bench/results.json"));
         if let Some(headings) = only
             .map(own_headings)
@@ -322,14 +326,14 @@ impl Report {
             markdown = headings.iter().fold(old_md, |old_md, heading| {
                 replace_section(&old_md, &markdown, heading)
             });
-            json = keep_unmeasured(serde_json::from_str(&old_json).unwrap_or_default(), json);
+            json = keep_unmeasured(&old_json, figures);
         }
         if let Ok(old_md) = std::fs::read_to_string(&md_path) {
             markdown = keep_hand_written(&old_md, markdown);
         }
         std::fs::create_dir_all(out.join("bench")).unwrap();
         std::fs::write(md_path, &markdown).unwrap();
-        std::fs::write(json_path, serde_json::to_string_pretty(&json).unwrap()).unwrap();
+        std::fs::write(json_path, json).unwrap();
     }
 
     fn markdown(&self, quick: bool) -> String {
@@ -465,6 +469,7 @@ impl Report {
         self.security_markdown(&mut md);
         self.client_markdown(&mut md);
         self.kafka_markdown(&mut md);
+        self.console_markdown(&mut md);
         md
     }
 
@@ -1059,6 +1064,120 @@ impl Report {
         );
     }
 
+    /// The console section: the browser console's first paint and live tail, each against a
+    /// baseline of the same run.
+    fn console_markdown(&self, md: &mut String) {
+        let Some(c) = &self.console else {
+            return;
+        };
+        use crate::console::{
+            BATCH, FIRST_ROW_GOAL_MS, GRACE_S, KEPT_UP_MS, RATE, SECONDS, TAIL_MAX_ROWS, TOPICS,
+            TOPICS_PAGE,
+        };
+        let _ = writeln!(md, "\n{CONSOLE}\n");
+        let _ = writeln!(
+            md,
+            "What the browser console (`/console/`) gives its user, in headless Chromium \
+             (`chromium --version`: {}), driven by \
+             Selenium (`tests/console/bench_console.py`), against the release server with a \
+             token (`sync = full`, the default `log.max_batch_size`). First paint: the time from \
+             the navigation's start until the first row of the topics table is in the DOM (a \
+             MutationObserver installed before any script of the page, through CDP \
+             `Page.addScriptToEvaluateOnNewDocument`, which also puts the token in \
+             `sessionStorage` as the token form would), with {} topics (the view shows pages of \
+             {TOPICS_PAGE}) against a server of 1 topic; each load is a new browser with a new \
+             profile, nothing cached, that first opened the server's `/healthz`; the servers \
+             alternate, {} loads each, medians. Live tail: `#/topics/{{t}}/partitions/0/tail` \
+             while a producer process POSTs {BATCH} records every 10 ms ({} records/s, paced by \
+             a monotonic clock, each POST waiting for its answer on one keep-alive connection) \
+             for {SECONDS} s, against a plain long-poll reader (a Python process making the \
+             page's requests, `limit=1000&waitMs=25000`, one at a time) reading the same \
+             records at the same time. A batch's delay runs from its answer to the first frame \
+             (the reader: page) holding its last record, on the machine's clock (a reader may \
+             have a record before the producer has read its answer: such a delay shows as \
+             0); the page has \
+             {GRACE_S} s after the last answer to show it. The tail keeps up when the page \
+             received every record, shows the newest {} rows (what it keeps) with contiguous \
+             offsets, and showed the last within {} ms of its answer; {} runs. The browser, the \
+             producer, the reader and the server share the machine's {} cores.\n",
+            c.browser,
+            thousands(TOPICS as f64),
+            c.one.len(),
+            thousands(RATE as f64),
+            thousands(TAIL_MAX_ROWS as f64),
+            thousands(KEPT_UP_MS),
+            c.tails.len(),
+            std::thread::available_parallelism().map_or(1, usize::from),
+        );
+        let _ = writeln!(
+            md,
+            "| figure | measured | baseline | ratio | goal | met |\n|---|---|---|---|---|---|"
+        );
+        for row in console_rows(c) {
+            let (goal, met) = row.goal.as_ref().map_or(("–", "–"), |(goal, met)| {
+                (goal.as_str(), if *met { "yes" } else { "**no**" })
+            });
+            let _ = writeln!(
+                md,
+                "| {} | {} | {} ({}) | {} | {goal} | {met} |",
+                row.figure,
+                row.measured,
+                row.baseline,
+                row.baseline_is,
+                times(row.ratio()),
+            );
+        }
+        let median = |loads: &[crate::console::Load],
+                      figure: fn(&crate::console::Load) -> Option<f64>| {
+            crate::console::Console::median_load(loads, figure)
+                .map_or_else(|| "–".to_owned(), |ms| format!("{} ms", thousands(ms)))
+        };
+        let _ = writeln!(
+            md,
+            "\nFirst paint (medians): the page asked for its first page of topics at {} ({} \
+             with 1 topic), the answer took {} ({}), and the frame after the first row came at \
+             {} ({}). Writing the {} topics, one record each from 32 threads, took {:.1} s \
+             (not in any figure); the goal of {FIRST_ROW_GOAL_MS} ms is the first row's.",
+            median(&c.many, |load| load.topics_start_ms),
+            median(&c.one, |load| load.topics_start_ms),
+            median(&c.many, |load| load.topics_request_ms),
+            median(&c.one, |load| load.topics_request_ms),
+            median(&c.many, |load| Some(load.first_row_frame_ms)),
+            median(&c.one, |load| Some(load.first_row_frame_ms)),
+            thousands(TOPICS as f64),
+            c.create_seconds,
+        );
+        if let Some(tail) = c.median_tail() {
+            let page = &tail.page;
+            let busy = |kind: &str| page.main_thread.get(kind).copied().unwrap_or_default();
+            let _ = writeln!(
+                md,
+                "\nLive tail (the run of median records received by the page): the page drew \
+                 {} rows (the rows in sight, drawn again each frame) in {} frames that showed \
+                 new records; its main thread was busy {:.1} s of the {:.1} s from the \
+                 first POST until the figures were read (Chromium's `Performance.getMetrics`: \
+                 layout {:.1} s, style {:.1} s, script {:.1} s, the rest in other work of its \
+                 tasks, painting among it). The producer sent its POSTs at most {:.0} ms after \
+                 their time; the reader read {} pages. Records received by the page, each run: \
+                 {}.",
+                thousands(page.drawn as f64),
+                thousands(page.frames as f64),
+                busy("tasks"),
+                page.observed_seconds,
+                busy("layout"),
+                busy("style"),
+                busy("script"),
+                tail.latest_send_ms,
+                thousands(tail.reader.pages as f64),
+                c.tails
+                    .iter()
+                    .map(|tail| thousands(tail.page.reader.received as f64))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            );
+        }
+    }
+
     /// The CPU-per-request section: the server's CPU time per HTTP request, user and system,
     /// next to the framework's floor for the same request.
     fn cpu_markdown(&self, md: &mut String) {
@@ -1395,6 +1514,7 @@ impl Report {
             "security": self.security.as_ref().map(security_json),
             "client": self.client.as_ref().map(client_json),
             "kafka": self.kafka.as_ref().map(kafka_json),
+            "console": self.console.as_ref().map(console_json),
             "replication": self.replication.as_ref().map(|r| json!({
                 "put_ms": [r.put_ms.0, r.put_ms.1],
                 "linger_ms": r.linger_ms,
@@ -1478,6 +1598,7 @@ fn own_headings(section: &str) -> &'static [&'static str] {
         "security" => &[SECURITY],
         "client" => &[CLIENT],
         "kafka" => &[KAFKA],
+        "console" => &[CONSOLE],
         _ => &[],
     }
 }
@@ -1494,6 +1615,8 @@ const SECURITY: &str = "## Security";
 const CLIENT: &str = "## Client";
 /// The Kafka section's heading.
 const KAFKA: &str = "## Kafka protocol";
+/// The console section's heading.
+const CONSOLE: &str = "## Console";
 
 /// The tables whose rows come from several sections, with how many leading cells name a row:
 /// a run of one section keeps the rows of the others.
@@ -1569,22 +1692,40 @@ fn keep_rows(old: &str, new: &str, naming: usize) -> String {
     format!("{}\n{}{}", &new[..at], kept.join("\n"), &new[at..])
 }
 
-/// `new`, with each figure this run did not measure (empty or null) taken from `old`.
-fn keep_unmeasured(old: serde_json::Value, mut new: serde_json::Value) -> serde_json::Value {
+/// `new` as pretty JSON, with each figure this run did not measure (empty or null) taken from
+/// `old` (pretty JSON too) as written there, byte for byte: a float parsed and printed again
+/// may change in its last digit, which would show as a change of a section that did not run.
+fn keep_unmeasured(old: &str, new: serde_json::Value) -> String {
+    use serde_json::value::RawValue;
     let unmeasured = |value: &serde_json::Value| match value {
         serde_json::Value::Null => true,
         serde_json::Value::Array(items) => items.is_empty(),
         serde_json::Value::Object(fields) => fields.is_empty(),
         _ => false,
     };
-    if let (Some(new), serde_json::Value::Object(old)) = (new.as_object_mut(), old) {
-        for (key, value) in old {
-            if new.get(&key).is_none_or(unmeasured) {
-                new.insert(key, value);
-            }
-        }
-    }
-    new
+    let (Ok(old), serde_json::Value::Object(new)) = (
+        serde_json::from_str::<std::collections::BTreeMap<String, Box<RawValue>>>(old),
+        &new,
+    ) else {
+        return serde_json::to_string_pretty(&new).unwrap();
+    };
+    let keys: std::collections::BTreeSet<&String> = new.keys().chain(old.keys()).collect();
+    let fields: Vec<String> = keys
+        .into_iter()
+        .map(|key| {
+            let value = match (new.get(key), old.get(key)) {
+                (Some(value), Some(kept)) if unmeasured(value) => kept.get().to_owned(),
+                (None, Some(kept)) => kept.get().to_owned(),
+                // Printed one level deep, as `to_string_pretty` prints a field.
+                (Some(value), _) => serde_json::to_string_pretty(value)
+                    .unwrap()
+                    .replace('\n', "\n  "),
+                (None, None) => unreachable!("a key of either"),
+            };
+            format!("  {}: {value}", serde_json::to_string(key).unwrap())
+        })
+        .collect();
+    format!("{{\n{}\n}}", fields.join(",\n"))
 }
 
 /// Answers that were not `2xx`, by status: `none`, or `3 answered 503, 1 answered 500`.
@@ -2154,6 +2295,218 @@ fn kafka_json(k: &crate::kafka::Kafka) -> serde_json::Value {
             "value": row.value,
             "unit": row.unit,
             "baseline": row.baseline,
+            "baseline_is": row.baseline_is,
+            "ratio": row.ratio(),
+            "goal": row.goal.as_ref().map(|(goal, _)| goal),
+            "met": row.goal.as_ref().map(|(_, met)| met),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// One line of the console table: a figure, its baseline of the same run, its goal.
+struct ConsoleRow {
+    figure: String,
+    /// The figure as written (a delay may be "not within 30 s"), and its value if it has one.
+    measured: String,
+    value: Option<f64>,
+    baseline: String,
+    baseline_value: Option<f64>,
+    baseline_is: &'static str,
+    goal: Option<(String, bool)>,
+}
+
+impl ConsoleRow {
+    fn ratio(&self) -> Option<f64> {
+        self.value
+            .and_then(|value| ratio(value, self.baseline_value))
+    }
+}
+
+/// The console figures against their baselines, with the goals of the console.
+fn console_rows(c: &crate::console::Console) -> Vec<ConsoleRow> {
+    use crate::console::{
+        Console, FIRST_ROW_GOAL_MS, GRACE_S, KEPT_UP_MS, RATE, SECONDS, TAIL_MAX_ROWS, TOPICS,
+    };
+    let ms = |value: Option<f64>| {
+        value.map_or_else(|| "–".to_owned(), |ms| format!("{} ms", thousands(ms)))
+    };
+    let delay = |value: Option<f64>| {
+        value.map_or_else(
+            || format!("not within {GRACE_S} s"),
+            |ms| format!("{} ms", thousands(ms)),
+        )
+    };
+    let mib = |bytes: Option<f64>| {
+        bytes.map_or_else(
+            || "–".to_owned(),
+            |bytes| format!("{:.1} MiB", bytes / 1048576.0),
+        )
+    };
+    let loads = c.many.len();
+    let topics = thousands(TOPICS as f64);
+    let first_row = Console::median_load(&c.many, |load| Some(load.first_row_ms));
+    let first_row_one = Console::median_load(&c.one, |load| Some(load.first_row_ms));
+    let fcp = Console::median_load(&c.many, |load| load.fcp_ms);
+    let fcp_one = Console::median_load(&c.one, |load| load.fcp_ms);
+    let mut rows = vec![
+        ConsoleRow {
+            figure: format!(
+                "first topic row in the DOM from navigation start, {topics} topics (median of \
+                 {loads} loads)"
+            ),
+            measured: ms(first_row),
+            value: first_row,
+            baseline: ms(first_row_one),
+            baseline_value: first_row_one,
+            baseline_is: "the same, a server of 1 topic",
+            goal: first_row.map(|first_row| {
+                (
+                    format!("≤ {FIRST_ROW_GOAL_MS} ms"),
+                    first_row <= FIRST_ROW_GOAL_MS,
+                )
+            }),
+        },
+        ConsoleRow {
+            figure: format!("first-contentful-paint, {topics} topics (median of {loads} loads)"),
+            measured: ms(fcp),
+            value: fcp,
+            baseline: ms(fcp_one),
+            baseline_value: fcp_one,
+            baseline_is: "the same, a server of 1 topic",
+            goal: None,
+        },
+    ];
+    let Some(median) = c.median_tail() else {
+        return rows;
+    };
+    let runs = c.tails.len();
+    let fewest = |received: fn(&crate::console::Tail) -> u64| {
+        c.tails.iter().map(received).min().unwrap_or_default()
+    };
+    let (page_received, reader_received) = (
+        fewest(|tail| tail.page.reader.received),
+        fewest(|tail| tail.reader.received),
+    );
+    let produced = thousands(median.produced as f64);
+    let tail = format!(
+        "live tail, {} records/s for {SECONDS} s",
+        thousands(RATE as f64)
+    );
+    let page_delay = c.median_delay(|tail| tail.page.reader.last_delay_ms);
+    let reader_delay = c.median_delay(|tail| tail.reader.last_delay_ms);
+    let page_p99 = c.median_delay(|tail| tail.page.reader.p99_delay_ms);
+    let reader_p99 = c.median_delay(|tail| tail.reader.p99_delay_ms);
+    let rate = median_of(c.tails.iter().map(|tail| tail.produce_rate));
+    let page = &median.page;
+    let offsets = match (page.oldest, page.newest) {
+        (Some(oldest), Some(newest)) => format!(
+            "{} rows, offsets {} to {}, {} gaps",
+            thousands(page.rows as f64),
+            thousands(oldest as f64),
+            thousands(newest as f64),
+            page.reader.gaps
+        ),
+        _ => "no rows".to_owned(),
+    };
+    rows.extend([
+        ConsoleRow {
+            figure: format!("{tail}: records the page received (the fewest of {runs} runs)"),
+            measured: format!("{} of {produced}", thousands(page_received as f64)),
+            value: Some(page_received as f64),
+            baseline: format!("{} of {produced}", thousands(reader_received as f64)),
+            baseline_value: Some(reader_received as f64),
+            baseline_is: "a plain long-poll reader of the same records",
+            goal: Some((
+                format!(
+                    "keeps up: every record, the newest {} rows shown with contiguous offsets, \
+                     the last within {} ms of its answer (every run)",
+                    thousands(TAIL_MAX_ROWS as f64),
+                    thousands(KEPT_UP_MS)
+                ),
+                c.tails.iter().all(crate::console::Tail::kept_up),
+            )),
+        },
+        ConsoleRow {
+            figure: format!("{tail}: the rows the page shows at the end (run of median received)"),
+            measured: offsets,
+            value: None,
+            baseline: format!("{} gaps", median.reader.gaps),
+            baseline_value: None,
+            baseline_is: "the reader: offsets out of sequence",
+            goal: None,
+        },
+        ConsoleRow {
+            figure: format!(
+                "{tail}: delay from the last record's answer to its row (median of {runs} runs)"
+            ),
+            measured: delay(page_delay),
+            value: page_delay,
+            baseline: delay(reader_delay),
+            baseline_value: reader_delay,
+            baseline_is: "the reader: to the page holding it",
+            goal: None,
+        },
+        ConsoleRow {
+            figure: format!(
+                "{tail}: delay from a batch's answer to its row, p99 of the batches shown \
+                 (median of {runs} runs)"
+            ),
+            measured: delay(page_p99),
+            value: page_p99,
+            baseline: delay(reader_p99),
+            baseline_value: reader_p99,
+            baseline_is: "the reader",
+            goal: None,
+        },
+        ConsoleRow {
+            figure: format!("{tail}: records/s produced (median of {runs} runs)"),
+            measured: format!("{}/s", thousands(rate)),
+            value: Some(rate),
+            baseline: format!("{}/s", thousands(RATE as f64)),
+            baseline_value: Some(RATE as f64),
+            baseline_is: "the rate asked",
+            goal: None,
+        },
+        ConsoleRow {
+            figure: format!(
+                "{tail}: the page's JS heap at the end (`usedJSHeapSize`, run of median \
+                 received)"
+            ),
+            measured: mib(page.heap_bytes),
+            value: page.heap_bytes,
+            baseline: mib(page.heap_start_bytes),
+            baseline_value: page.heap_start_bytes,
+            baseline_is: "when the tail had opened",
+            goal: None,
+        },
+    ]);
+    rows
+}
+
+/// The median of `values` (0 for none).
+fn median_of(values: impl Iterator<Item = f64>) -> f64 {
+    let values: Vec<f64> = values.collect();
+    if values.is_empty() {
+        0.0
+    } else {
+        median(values)
+    }
+}
+
+/// The `console` entry of the results.
+fn console_json(c: &crate::console::Console) -> serde_json::Value {
+    json!({
+        "browser": c.browser,
+        "topics": crate::console::TOPICS,
+        "create_seconds": c.create_seconds,
+        "loads": {"many": c.many, "one": c.one},
+        "tails": c.tails,
+        "rows": console_rows(c).iter().map(|row| json!({
+            "what": row.figure,
+            "measured": row.measured,
+            "value": row.value,
+            "baseline": row.baseline,
+            "baseline_value": row.baseline_value,
             "baseline_is": row.baseline_is,
             "ratio": row.ratio(),
             "goal": row.goal.as_ref().map(|(goal, _)| goal),
