@@ -241,11 +241,8 @@ def wait_load_cells(browser, partition):
 # ------------------------------------------------------------------------------------------
 
 
-def partitions(browser, api):
-    """Three records produced: the topic list finds the topic and its view shows nextOffset 3."""
-    topic = f"console-a-{stamp()}"
-    api.produce(topic, 0, [{"n": n} for n in range(3)])
-    browser.signed_in()
+def jump_to(browser, topic):
+    """Jumps the topic list to `topic`: it is then the list's first row."""
     browser.driver.find_element(By.ID, "jump").send_keys(topic, Keys.ENTER)
     browser.wait(
         lambda: browser.js(
@@ -254,6 +251,14 @@ def partitions(browser, api):
         == topic,
         f"{topic} first in the topic list after jumping to it",
     )
+
+
+def partitions(browser, api):
+    """Three records produced: the topic list finds the topic and its view shows nextOffset 3."""
+    topic = f"console-a-{stamp()}"
+    api.produce(topic, 0, [{"n": n} for n in range(3)])
+    browser.signed_in()
+    jump_to(browser, topic)
     browser.screenshot("topics")
     browser.open(f"/topics/{topic}")
     next_offset = '#partition-rows tr[data-partition="0"] td.next-offset'
@@ -598,14 +603,7 @@ def keyboard(browser, api):
     topic = f"console-g-{stamp()}"
     api.produce(topic, 0, [{"n": 1}])
     browser.signed_in()
-    browser.driver.find_element(By.ID, "jump").send_keys(topic, Keys.ENTER)
-    browser.wait(
-        lambda: browser.js(
-            "const r = document.querySelector('#topic-rows tr'); return r && r.dataset.topic"
-        )
-        == topic,
-        f"{topic} first in the list",
-    )
+    jump_to(browser, topic)
     browser.js("document.activeElement.blur()")
     body = browser.driver.find_element(By.TAG_NAME, "body")
     body.send_keys("/")
