@@ -88,6 +88,15 @@ impl Written {
                     }
                 }
             }
+            Shape::Redrive => {
+                for letter in answer["redriven"].as_array().into_iter().flatten() {
+                    if let (Some(topic), Some(p)) =
+                        (letter["topic"].as_str(), letter["partition"].as_u64())
+                    {
+                        self.0.insert((topic.to_owned(), p as u32));
+                    }
+                }
+            }
             Shape::Nack | Shape::Forget | Shape::None => {}
         }
     }
@@ -188,7 +197,8 @@ pub(super) fn fuzz_log() -> TestLog {
 }
 
 /// Writes the state the fuzz requests start from: records in `events:0` and `events:1`, a
-/// cursor, and a lease held by `g1` on `events:0` (its batch id is returned).
+/// cursor, a dead letter in `letters:0`, and a lease held by `g1` on `events:0` (its batch id
+/// is returned).
 async fn seed_fuzz_log(t: &TestLog) -> String {
     for partition in [0, 1] {
         let records = (0..3)
@@ -198,6 +208,9 @@ async fn seed_fuzz_log(t: &TestLog) -> String {
         assert!(matches!(appended.outcome, AppendOutcome::Appended { .. }));
     }
     t.log.commit("events", 1, "billing", 1).await.unwrap();
+    // A dead letter of `events:0` (its key names its source), for the redrive to succeed.
+    let letter = NewRecord::keyed("events:0:0", "{\"n\":0}");
+    t.log.append("letters", 0, vec![letter]).await.unwrap();
     let lease = t.log.lease("events", 0, "g1", Some(2)).await.unwrap();
     lease.expect("a range to lease").batch_id
 }
@@ -276,6 +289,7 @@ fn fuzz_requests(cases: u32) -> u64 {
     let mut written = Written::default();
     written.0.insert(("events".into(), 0));
     written.0.insert(("events".into(), 1));
+    written.0.insert(("letters".into(), 0));
     let written = RefCell::new(written);
     let sent = Cell::new(0u64);
     let statuses: RefCell<BTreeMap<(&str, u16), u64>> = RefCell::default();

@@ -28,6 +28,8 @@ pub(super) enum Shape {
     Nack,
     /// `forgetCold`: the offset to forget before.
     Forget,
+    /// `redriveLetters`: the offsets of dead letters.
+    Redrive,
 }
 
 impl Shape {
@@ -41,6 +43,7 @@ impl Shape {
             "putCursor" => Self::Cursor,
             "nackLease" => Self::Nack,
             "forgetCold" => Self::Forget,
+            "redriveLetters" => Self::Redrive,
             _ => Self::None,
         };
         assert_eq!(

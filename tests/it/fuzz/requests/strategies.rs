@@ -63,7 +63,7 @@ pub(super) fn segment(text: impl Strategy<Value = String>) -> impl Strategy<Valu
 
 pub(super) fn topic() -> impl Strategy<Value = String> {
     prop_oneof![
-        6 => prop::sample::select(&["events", "fresh", "noleases"][..]).prop_map(str::to_owned),
+        6 => prop::sample::select(&["events", "fresh", "noleases", "letters"][..]).prop_map(str::to_owned),
         2 => "[A-Za-z0-9_-][A-Za-z0-9._-]{0,16}",
         1 => "[a-z]{127,130}",
         4 => any_text(),
@@ -338,6 +338,7 @@ pub(super) fn shaped_body(shape: Shape) -> BoxedStrategy<String> {
         ]
         .boxed(),
         Shape::Forget => object(vec![("before", or_any(int_text()))]),
+        Shape::Redrive => object(vec![("offsets", or_any(array(int_text().boxed())))]),
         Shape::None => json_text().boxed(),
     }
 }
@@ -546,6 +547,13 @@ pub(super) fn valid_body(shape: Shape) -> BoxedStrategy<String> {
         Shape::Forget => (0i64..10)
             .prop_map(|before| format!(r#"{{"before":{before}}}"#))
             .boxed(),
+        // Offset 0 of `letters:0` is a letter (see `seed_fuzz_log`).
+        Shape::Redrive => prop::collection::vec(0i64..3, 1..4)
+            .prop_map(|offsets| {
+                let offsets: Vec<String> = offsets.iter().map(i64::to_string).collect();
+                format!(r#"{{"offsets":[{}]}}"#, offsets.join(","))
+            })
+            .boxed(),
         Shape::None => Just(String::new()).boxed(),
     }
 }
@@ -585,7 +593,7 @@ pub(super) fn well_formed_request() -> impl Strategy<Value = FuzzRequest> {
                 .prop_map(|(t, m)| Some(Body(mutate(t.into_bytes(), &m)))),
         ];
         (
-            known(&["events", "fresh", "noleases"]),
+            known(&["events", "fresh", "noleases", "letters"]),
             segment((0..PARTITIONS).prop_map(|p| p.to_string())),
             known(&["g1", "billing", "search:v2"]),
             segment(batch()),
