@@ -149,14 +149,16 @@ impl Log {
         let offset = parts.next()?.parse().ok()?;
         let partition = parts.next()?.parse().ok()?;
         let topic = parts.next()?;
-        (partition < self.partitions(topic).ok()?)
-            .then(|| Some((PartitionId::new(topic, partition).ok()?, offset)))?
+        if partition >= self.partitions(topic).ok()? {
+            return None;
+        }
+        Some((PartitionId::new(topic, partition).ok()?, offset))
     }
 
-    /// Appends each letter's payload and headers back to its source partition (its message
-    /// key is the letter's routing key, not the source record's),
-    /// with the deduplication key [`Letter::redrive_key`]; the letters of one source partition
-    /// are one atomic batch. Answers in the letters' order.
+    /// Appends each letter's payload and headers back to its source partition, with the
+    /// deduplication key [`Letter::redrive_key`] (not its message key: the dead-letter topic
+    /// set that to its routing key). The letters of one source partition are one atomic batch,
+    /// where a letter asked twice is appended once. Answers in the letters' order.
     ///
     /// # Errors
     /// A source partition's refusal (`payload_too_large`, say): the partitions before it in

@@ -211,6 +211,16 @@ async fn a_letter_redriven_twice_is_back_in_its_source_once() {
     let (status, second) = server.post(&redrive, json!({"offsets": [offset]})).await;
     assert_eq!(status, 200);
     assert_eq!(second, expected, "the same offset, nothing appended");
+    let (status, twice) = server
+        .post(&redrive, json!({"offsets": [offset, offset]}))
+        .await;
+    assert_eq!(status, 200);
+    let entry = &expected["redriven"][0];
+    assert_eq!(
+        twice,
+        json!({"redriven": [entry, entry]}),
+        "asked twice: once"
+    );
 
     let (_, page) = server.get("/topics/jobs/partitions/0/records").await;
     let payloads: Vec<&Value> = page["records"]
