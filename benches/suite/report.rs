@@ -1109,24 +1109,7 @@ impl Report {
             c.tails.len(),
             std::thread::available_parallelism().map_or(1, usize::from),
         );
-        let _ = writeln!(
-            md,
-            "| figure | measured | baseline | ratio | goal | met |\n|---|---|---|---|---|---|"
-        );
-        for row in console_rows(c) {
-            let (goal, met) = row.goal.as_ref().map_or(("–", "–"), |(goal, met)| {
-                (goal.as_str(), if *met { "yes" } else { "**no**" })
-            });
-            let _ = writeln!(
-                md,
-                "| {} | {} | {} ({}) | {} | {goal} | {met} |",
-                row.figure,
-                row.measured,
-                row.baseline,
-                row.baseline_is,
-                times(row.ratio()),
-            );
-        }
+        goal_table(md, console_rows(c).iter().map(ConsoleRow::line));
         let median = |loads: &[crate::console::Load],
                       figure: fn(&crate::console::Load) -> Option<f64>| {
             crate::console::Console::median_load(loads, figure)
@@ -1790,22 +1773,37 @@ fn replication_goals(r: &crate::replication::Replication, md: &mut String) {
 
 /// Writes `rows` as a table of figures against their baselines, with their goals.
 fn compared_table(md: &mut String, rows: &[Compared]) {
+    goal_table(md, rows.iter().map(Compared::line));
+}
+
+/// One line of a table of figures against their baselines: each part as written.
+struct GoalLine<'a> {
+    figure: &'a str,
+    measured: String,
+    baseline: String,
+    baseline_is: &'a str,
+    ratio: Option<f64>,
+    goal: Option<&'a (String, bool)>,
+}
+
+/// Writes `lines` as a table of figures against their baselines, with their goals.
+fn goal_table<'a>(md: &mut String, lines: impl IntoIterator<Item = GoalLine<'a>>) {
     let _ = writeln!(
         md,
         "| figure | measured | baseline | ratio | goal | met |\n|---|---|---|---|---|---|"
     );
-    for row in rows {
-        let (goal, met) = row.goal.as_ref().map_or(("–", "–"), |(goal, met)| {
+    for line in lines {
+        let (goal, met) = line.goal.map_or(("–", "–"), |(goal, met)| {
             (goal.as_str(), if *met { "yes" } else { "**no**" })
         });
         let _ = writeln!(
             md,
             "| {} | {} | {} ({}) | {} | {goal} | {met} |",
-            row.figure,
-            amount(row.value, row.unit),
-            amount(row.baseline, row.unit),
-            row.baseline_is,
-            times(row.ratio()),
+            line.figure,
+            line.measured,
+            line.baseline,
+            line.baseline_is,
+            times(line.ratio),
         );
     }
 }
@@ -1826,6 +1824,17 @@ struct Compared {
 impl Compared {
     fn ratio(&self) -> Option<f64> {
         ratio(self.value, Some(self.baseline))
+    }
+
+    fn line(&self) -> GoalLine<'_> {
+        GoalLine {
+            figure: &self.figure,
+            measured: amount(self.value, self.unit),
+            baseline: amount(self.baseline, self.unit),
+            baseline_is: self.baseline_is,
+            ratio: self.ratio(),
+            goal: self.goal.as_ref(),
+        }
     }
 }
 
@@ -2319,6 +2328,17 @@ impl ConsoleRow {
     fn ratio(&self) -> Option<f64> {
         self.value
             .and_then(|value| ratio(value, self.baseline_value))
+    }
+
+    fn line(&self) -> GoalLine<'_> {
+        GoalLine {
+            figure: &self.figure,
+            measured: self.measured.clone(),
+            baseline: self.baseline.clone(),
+            baseline_is: self.baseline_is,
+            ratio: self.ratio(),
+            goal: self.goal.as_ref(),
+        }
     }
 }
 

@@ -46,8 +46,9 @@ from selenium import webdriver
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.chrome.service import Service
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
+# The browser's paths and the failed check, as the console's browser tests have them.
+from console_test import CHROMEDRIVER, CHROMIUM, Failure, check
+
 # Where the console keeps the token, for this tab only (console.js: TOKEN_KEY).
 TOKEN_KEY = "durability.token"
 # The page's tail reads (console.js: TAIL_LIMIT, LONG_WAIT_MS): the reader asks the same.
@@ -94,15 +95,6 @@ INSTRUMENT = """
   }).observe(document, { childList: true, subtree: true });
 })();
 """
-
-
-class Failure(Exception):
-    """A check failed."""
-
-
-def check(condition, message):
-    if not condition:
-        raise Failure(message)
 
 
 # ------------------------------------------------------------------------------------------
